@@ -1,0 +1,61 @@
+"""The one protocol every model backend implements: batch in, batch out, async.
+
+Callers hand over a whole batch so that a backend can schedule it at once
+(vLLM batches the requests continuously; an HTTP backend sends them
+concurrently). Several coroutines may call the same engine at the same time;
+the backend batches across them too.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol, Sequence, runtime_checkable
+
+from engine.stats import EngineStats
+from engine.types import EngineInfo, GenerationRequest, GenerationResult, NextTokenDistribution, Prompt
+
+
+class EngineError(RuntimeError):
+    """A backend failed in a way the user can act on; the message says how."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A model that generates, scores next tokens, tokenizes and reports stats."""
+
+    @property
+    def info(self) -> EngineInfo: ...
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Continue every request's prompt; results in request order."""
+        ...
+
+    async def next_token_logprobs(
+        self, prompts: Sequence[Prompt], top_k: int = 20
+    ) -> list[NextTokenDistribution]:
+        """Top-k logprobs of the single next token after each prompt (one prefill each)."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens ``text`` encodes to, without special tokens added."""
+        ...
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> str:
+        """The model's chat template rendered to prompt text.
+
+        ``continue_final_message`` leaves the last (assistant) message open so that
+        generation continues it: how a judge pre-fills ``Score:``.
+        """
+        ...
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's counters since it started."""
+        ...
+
+    async def close(self) -> None:
+        """Release the model (processes, memory, connections). Idempotent."""
+        ...

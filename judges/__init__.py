@@ -1,0 +1,1 @@
+"""Judges decide about a drafted reasoning step: score, semantic equivalence, cascades."""

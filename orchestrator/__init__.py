@@ -1,0 +1,1 @@
+"""The step-level loop and its strategies, traces, budgets and metrics."""

@@ -1,0 +1,1 @@
+"""Routers decide who writes the next reasoning step."""

@@ -1,0 +1,141 @@
+"""The bundled pair through real vLLM on the CPU: Qwen2.5-Coder-1.5B target, 0.5B draft.
+
+Slow (minutes): every engine loads a real model. `make test` prepares the pair
+first; run alone with `pytest -m pair`.
+"""
+
+
+import psutil
+import pytest
+
+from engine.models import BUNDLED_DRAFT, BUNDLED_EMBEDDING, BUNDLED_TARGET, is_prepared, resolve_model
+from engine.speculation import speculative_config
+from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from engine.vllm_backend import VLLMEngine
+from workflows.datasets import load_problems
+from workflows.solve import build_prompt
+
+pytestmark = pytest.mark.pair
+
+MAX_TOKENS = 48
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def pair():
+    for name in (BUNDLED_TARGET, BUNDLED_DRAFT):
+        if not is_prepared(name):
+            pytest.fail(f"bundled model '{name}' is not prepared: run `stepspec models prepare` (make test does)")
+    return resolve_model(BUNDLED_TARGET, auto_prepare=False), resolve_model(BUNDLED_DRAFT, auto_prepare=False)
+
+
+def target_engine(path, name, spec=None, **kw):
+    # Eager mode: the same kernels with and without speculation, and no
+    # torch.compile warm-up per engine (tens of seconds each on two cores).
+    return VLLMEngine(
+        path, name=name, max_model_len=2048, kv_cache_gib=0.5, speculative_config=spec,
+        engine_args={"enforce_eager": True}, **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def question():
+    return load_problems("gsm8k")[0].question
+
+
+@pytest.fixture(scope="module")
+def reference(pair, question, runner):
+    """Greedy output of the target alone, plus what the tests below need from it."""
+    engine = target_engine(pair[0], "target")
+    runner.run(engine.start())
+    try:
+        prompt = build_prompt(engine, question)
+        (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
+        judge_prompt = engine.apply_chat_template(
+            [
+                {"role": "user", "content": "Rate this step from 0 to 9: '16 - 3 - 4 = 9 eggs are left.'"},
+                {"role": "assistant", "content": "Score:"},
+            ],
+            continue_final_message=True,
+        )
+        (dist,) = runner.run(engine.next_token_logprobs([judge_prompt], top_k=20))
+        (short,) = runner.run(
+            engine.generate(
+                [GenerationRequest(
+                    engine.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Reply with the number only."}]),
+                    SamplingSpec(max_tokens=32),
+                )]
+            )
+        )
+    finally:
+        runner.run(engine.close())
+    return {"prompt": prompt, "ids": r.completion.token_ids, "text": r.completion.text, "judge": dist, "short": short}
+
+
+def test_target_alone_generates_judges_and_stops(reference):
+    assert len(reference["ids"]) == MAX_TOKENS
+    assert "16" in reference["text"] or "eggs" in reference["text"].lower()
+    # a one-token judge reads digit tokens after a pre-filled "Score:" turn
+    digits = {t for t in reference["judge"].by_text() if t.isdigit() and len(t) == 1}
+    assert len(digits) >= 3, reference["judge"].top
+    short = reference["short"].completion
+    assert short.finish_reason is FinishReason.EOS and "5" in short.text
+
+
+def speculate(runner, engine, prompt):
+    runner.run(engine.start())
+    try:
+        (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
+        return r.completion, engine.stats()
+    finally:
+        runner.run(engine.close())
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_lookup_methods_keep_greedy_output_identical(method, pair, reference, runner):
+    engine = target_engine(pair[0], f"target+{method}", speculative_config(method))
+    completion, stats = speculate(runner, engine, reference["prompt"])
+    assert completion.token_ids == reference["ids"]
+    sd = stats.spec_decoding
+    assert sd.num_drafts > 0 and 0 < sd.num_accepted_tokens <= sd.num_draft_tokens
+    assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
+
+
+def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair, reference, runner):
+    """The 0.5B drafts tokens for the 1.5B: greedy output identical, high acceptance.
+
+    A separate 0.5B draft engine (what step-level strategies use) and the
+    embedding model are alive at the same time; all of it must fit the machine.
+    """
+    target = target_engine(pair[0], "target+draft", speculative_config("draft", draft_model=pair[1]))
+    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5,
+                       engine_args={"enforce_eager": True})
+    runner.run(draft.start())
+    runner.run(target.start())
+    try:
+        from sentence_transformers import SentenceTransformer
+
+        embedder = SentenceTransformer(resolve_model(BUNDLED_EMBEDDING), device="cpu")
+        assert embedder.encode(["16 - 3 - 4 = 9"]).shape == (1, 384)
+        (t,) = runner.run(target.generate([GenerationRequest(reference["prompt"], SamplingSpec(max_tokens=MAX_TOKENS))]))
+        (d,) = runner.run(draft.generate([GenerationRequest(reference["prompt"], SamplingSpec(max_tokens=8))]))
+        completion, stats = t.completion, target.stats()
+        assert d.completion.num_output_tokens == 8
+        # everything alive at once: this process (runner + embedder) and both engines
+        total_rss = psutil.Process().memory_info().rss + sum(
+            c.memory_info().rss for c in psutil.Process().children(recursive=True)
+        )
+    finally:
+        runner.run(target.close())
+        runner.run(draft.close())
+    assert completion.token_ids == reference["ids"]
+    sd = stats.spec_decoding
+    assert sd.num_spec_tokens == 3 and sd.num_drafts > 0
+    assert sd.acceptance_rate > 0.5, sd  # the 0.5B agrees with the 1.5B on most tokens
+    assert completion.spec_decoding is not None
+    assert completion.spec_decoding.num_accepted_tokens == sd.num_accepted_tokens
+    peak = stats.peak_rss_bytes
+    print(f"\npeak RSS: target engine {peak / GiB:.2f} GiB, draft engine "
+          f"{draft.stats().peak_rss_bytes / GiB:.2f} GiB; all alive at once {total_rss / GiB:.2f} GiB")
+    assert peak < 16 * GiB
+    assert total_rss < 20 * GiB

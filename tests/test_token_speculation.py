@@ -1,0 +1,92 @@
+"""Token-level speculation under the vLLM backend, on a tiny random model.
+
+The tiny model's greedy output is repetitive, so n-gram and suffix lookup find
+real matches; used as its own draft model it must have every token accepted.
+"""
+
+import pytest
+
+from conftest import tiny_engine
+from engine.speculation import speculative_config
+from engine.types import GenerationRequest, SamplingSpec
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = [
+    "Step 1: 48 / 2 = 24. Step 2:",
+    "How many clips did Natalia sell altogether in April and May?",
+    "Let me check: 12 / 60 = 0.2 per minute",
+]
+MAX_TOKENS = 48
+
+
+def run_greedy(runner, engine):
+    requests = [GenerationRequest(p, SamplingSpec(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    runner.run(engine.start())
+    try:
+        before = engine.stats().spec_decoding
+        results = runner.run(engine.generate(requests))
+        delta = engine.stats().spec_decoding.minus(before)
+    finally:
+        runner.run(engine.close())
+    return [r.completion for r in results], delta
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_path, runner):
+    completions, delta = run_greedy(runner, tiny_engine(tiny_model_path, name="plain"))
+    assert delta.num_drafts == 0
+    return [c.token_ids for c in completions]
+
+
+def assert_counters_add_up(stats, k):
+    assert stats.num_spec_tokens == k
+    assert stats.num_drafts > 0 and stats.num_draft_tokens > 0
+    assert stats.num_draft_tokens <= k * stats.num_drafts
+    assert 0 < stats.num_accepted_tokens <= stats.num_draft_tokens
+    assert sum(stats.num_accepted_tokens_per_pos) == stats.num_accepted_tokens
+    assert len(stats.num_accepted_tokens_per_pos) <= k
+    # a position is only accepted if every earlier one was
+    per_pos = stats.num_accepted_tokens_per_pos
+    assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))
+    assert 0 < stats.acceptance_rate <= 1
+    assert 1 < stats.mean_acceptance_length <= k + 1
+
+
+@pytest.mark.parametrize(
+    "method,k",
+    [("ngram", 3), ("suffix", 4)],
+)
+def test_lookup_speculation_is_token_identical_and_counts_acceptance(
+    method, k, tiny_model_path, runner, reference
+):
+    config = speculative_config(method, num_speculative_tokens=k)
+    engine = tiny_engine(tiny_model_path, name=method, speculative_config=config)
+    assert engine.info.speculative_method == method
+    completions, delta = run_greedy(runner, engine)
+    assert [c.token_ids for c in completions] == reference
+    assert_counters_add_up(delta, k)
+    # per-completion counters (vLLM per-request metrics) add up to the engine's
+    per_request = [c.spec_decoding for c in completions]
+    assert all(s is not None for s in per_request)
+    assert sum(s.num_accepted_tokens for s in per_request) == delta.num_accepted_tokens
+    assert sum(s.num_draft_tokens for s in per_request) == delta.num_draft_tokens
+
+
+def test_model_as_its_own_draft_accepts_everything(tiny_model_path, runner, reference):
+    config = speculative_config("draft", draft_model=str(tiny_model_path), num_speculative_tokens=3)
+    engine = tiny_engine(tiny_model_path, name="self-draft", speculative_config=config)
+    assert engine.info.speculative_method == "draft_model"
+    completions, delta = run_greedy(runner, engine)
+    assert [c.token_ids for c in completions] == reference
+    assert_counters_add_up(delta, 3)
+    assert delta.num_accepted_tokens == delta.num_draft_tokens
+    assert delta.acceptance_rate == 1.0
+    assert delta.num_accepted_tokens_per_pos == [delta.num_drafts] * 3
+
+
+def test_unknown_speculation_method_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown speculation method 'medusa2'"):
+        speculative_config("medusa2")
+    with pytest.raises(ValueError, match="needs a draft model"):
+        speculative_config("draft")

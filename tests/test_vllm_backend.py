@@ -1,0 +1,162 @@
+"""The in-process vLLM backend on a tiny random model: real vLLM, seconds per engine."""
+
+import asyncio
+
+import pytest
+
+from conftest import tiny_engine
+from engine.protocol import Engine, EngineError
+from engine.types import FinishReason, GenerationRequest, SamplingSpec
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = [
+    "Step 1: 48 / 2 = 24. Step 2:",
+    "How many clips did Natalia sell altogether in April and May?",
+    "def solve():\n    return",
+]
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_path, runner):
+    engine = tiny_engine(tiny_model_path, name="tiny")
+    runner.run(engine.start())
+    yield engine
+    runner.run(engine.close())
+
+
+def greedy(max_tokens=32, **kw):
+    return SamplingSpec(max_tokens=max_tokens, temperature=0.0, **kw)
+
+
+def test_implements_the_engine_protocol(base):
+    assert isinstance(base, Engine)
+    assert base.info.backend == "vllm" and base.info.speculative_method is None
+
+
+def test_greedy_generation_length_and_token_ids(base, runner):
+    (r,) = runner.run(base.generate([GenerationRequest(PROMPTS[0], greedy(24))]))
+    c = r.completion
+    assert c.finish_reason is FinishReason.LENGTH
+    assert c.num_output_tokens == 24 == len(c.token_ids)
+    assert base.tokenizer.decode(list(c.token_ids)) == c.text
+    assert r.num_prompt_tokens == base.count_tokens(PROMPTS[0])
+
+
+def test_batch_results_come_back_in_order_and_match_single_calls(base, runner):
+    batch = runner.run(base.generate([GenerationRequest(p, greedy(16)) for p in PROMPTS]))
+    singles = [runner.run(base.generate([GenerationRequest(p, greedy(16))]))[0] for p in PROMPTS]
+    assert [r.completion.token_ids for r in batch] == [r.completion.token_ids for r in singles]
+
+
+def test_concurrent_callers_share_the_engine(base, runner):
+    async def both():
+        return await asyncio.gather(
+            base.generate([GenerationRequest(PROMPTS[0], greedy(12))]),
+            base.generate([GenerationRequest(PROMPTS[1], greedy(12))]),
+        )
+
+    a, b = runner.run(both())
+    (a1,) = runner.run(base.generate([GenerationRequest(PROMPTS[0], greedy(12))]))
+    assert a[0].completion.token_ids == a1.completion.token_ids
+    assert b[0].completion.num_output_tokens == 12
+
+
+def test_token_id_prompt_equals_text_prompt(base, runner):
+    ids = base.encode(PROMPTS[1])
+    text_r, ids_r = runner.run(
+        base.generate([GenerationRequest(PROMPTS[1], greedy(16)), GenerationRequest(ids, greedy(16))])
+    )
+    assert text_r.completion.token_ids == ids_r.completion.token_ids
+
+
+def test_stop_string_ends_the_completion(base, runner):
+    (free,) = runner.run(base.generate([GenerationRequest(PROMPTS[0], greedy(40))]))
+    text = free.completion.text
+    stop = text[10:14]
+    assert stop.strip(), f"need a visible stop string from {text!r}"
+    (r,) = runner.run(base.generate([GenerationRequest(PROMPTS[0], greedy(40, stop=(stop, "@@never@@")))]))
+    c = r.completion
+    assert c.finish_reason is FinishReason.STOP and c.stop_string == stop
+    assert c.text == text[: text.index(stop)]
+    (r2,) = runner.run(
+        base.generate([GenerationRequest(PROMPTS[0], greedy(40, stop=(stop,), include_stop_str=True))])
+    )
+    assert r2.completion.text == text[: text.index(stop) + len(stop)]
+
+
+def test_sampling_with_n_and_seed_is_reproducible(base, runner):
+    spec = SamplingSpec(max_tokens=12, temperature=1.0, n=3, seed=7)
+    (a,) = runner.run(base.generate([GenerationRequest(PROMPTS[1], spec)]))
+    (b,) = runner.run(base.generate([GenerationRequest(PROMPTS[1], spec)]))
+    assert len(a.completions) == 3
+    assert [c.token_ids for c in a.completions] == [c.token_ids for c in b.completions]
+    assert a.num_output_tokens == 36
+
+
+def test_logprobs_of_greedy_tokens_are_the_argmax(base, runner):
+    (r,) = runner.run(base.generate([GenerationRequest(PROMPTS[0], greedy(8, logprobs=5))]))
+    lps = r.completion.logprobs
+    assert len(lps) == 8
+    for tok, lp in zip(r.completion.token_ids, lps):
+        assert lp.token_id == tok
+        assert lp.logprob <= 0
+        best = max(lp.top, key=lambda e: e[2])
+        assert best[0] == tok and best[2] == pytest.approx(lp.logprob, abs=1e-5)
+
+
+def test_next_token_logprobs_match_the_first_greedy_token(base, runner):
+    (d,) = runner.run(base.next_token_logprobs([PROMPTS[2]], top_k=10))
+    (r,) = runner.run(base.generate([GenerationRequest(PROMPTS[2], greedy(1))]))
+    assert len(d.top) == 10
+    assert [e[2] for e in d.top] == sorted((e[2] for e in d.top), reverse=True)
+    assert d.top[0][0] == r.completion.token_ids[0]
+    with pytest.raises(EngineError, match="max_logprobs"):
+        runner.run(base.next_token_logprobs([PROMPTS[2]], top_k=50))
+
+
+def test_prefix_cache_serves_a_repeated_prompt(base, runner):
+    prompt = " ".join(PROMPTS) * 4  # several KV blocks long
+    runner.run(base.generate([GenerationRequest(prompt, greedy(2))]))
+    (again,) = runner.run(base.generate([GenerationRequest(prompt + " Step 3:", greedy(2))]))
+    assert again.num_cached_prompt_tokens and again.num_cached_prompt_tokens >= 16
+
+
+def test_chat_template_can_leave_the_assistant_turn_open(base):
+    closed = base.apply_chat_template([{"role": "user", "content": "Rate it."}])
+    assert closed.endswith("<|im_start|>assistant\n")
+    open_turn = base.apply_chat_template(
+        [{"role": "user", "content": "Rate it."}, {"role": "assistant", "content": "Score:"}],
+        continue_final_message=True,
+    )
+    assert open_turn.endswith("Score:")
+
+
+def test_over_long_prompt_is_a_clear_error(base, runner):
+    long_prompt = list(range(5, 105)) * 6  # 600 token ids > max_model_len 512
+    with pytest.raises(EngineError) as e:
+        runner.run(base.generate([GenerationRequest(long_prompt, greedy(4))]))
+    assert "600 tokens" in str(e.value) and "max_model_len is 512" in str(e.value)
+
+
+def test_stats_add_up(base, runner):
+    before = base.stats()
+    rs = runner.run(base.generate([GenerationRequest(p, greedy(5)) for p in PROMPTS]))
+    after = base.stats()
+    assert after.num_requests - before.num_requests == 3
+    assert after.num_output_tokens - before.num_output_tokens == 15
+    assert after.num_prompt_tokens - before.num_prompt_tokens == sum(r.num_prompt_tokens for r in rs)
+    assert after.peak_rss_bytes and after.peak_rss_bytes > 100 * 2**20
+    assert after.spec_decoding.num_drafts == 0  # no speculation configured
+
+
+def test_unknown_engine_argument_is_a_clear_error(tiny_model_path, runner):
+    engine = tiny_engine(tiny_model_path, engine_args={"enforce_eager": True, "no_such_arg": 1})
+    with pytest.raises(EngineError, match="unknown vLLM engine argument"):
+        runner.run(engine.start())
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path, runner):
+    engine = tiny_engine(tmp_path / "nowhere")
+    with pytest.raises(EngineError, match="could not start vLLM"):
+        runner.run(engine.start())

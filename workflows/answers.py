@@ -1,0 +1,51 @@
+"""Final-answer extraction, minimal: the last ``\\boxed{...}`` or the last number."""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``, nested braces handled."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j].strip()
+    return None
+
+
+def normalize_number(s: str) -> str | None:
+    m = _NUMBER.findall(s.replace("$", ""))
+    if not m:
+        return None
+    value = m[-1].replace(",", "")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".")
+    return value
+
+
+def extract_answer(response: str) -> str | None:
+    """The model's final numeric answer: last boxed value, else the last number."""
+    boxed = last_boxed(response)
+    if boxed is not None:
+        return normalize_number(boxed) or boxed
+    return normalize_number(response)
+
+
+def gsm8k_reference(solution: str) -> str:
+    """The number after ``####`` in a GSM8K reference solution."""
+    tail = solution.rsplit("####", 1)[-1]
+    num = normalize_number(tail)
+    if num is None:
+        raise ValueError(f"GSM8K reference has no number after '####': {solution[-80:]!r}")
+    return num
