@@ -39,6 +39,26 @@ class SpecDecodingStats:
     num_accepted_tokens: int = 0
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
 
+    @classmethod
+    def from_histogram(
+        cls, num_spec_tokens: int, histogram: list[int], num_draft_tokens: int
+    ) -> "SpecDecodingStats":
+        """From vLLM's per-request acceptance histogram.
+
+        ``histogram[j]`` counts verification steps that accepted exactly j draft
+        tokens, so position i was accepted in every step that accepted more than i:
+        with k = 3 and histogram [1, 0, 2, 5], per position [7, 7, 5], 7 + 7 + 5 =
+        19 accepted tokens in 8 drafts.
+        """
+        hist = [int(c) for c in histogram]
+        return cls(
+            num_spec_tokens=num_spec_tokens,
+            num_drafts=sum(hist),
+            num_draft_tokens=num_draft_tokens,
+            num_accepted_tokens=sum(j * c for j, c in enumerate(hist)),
+            num_accepted_tokens_per_pos=[sum(hist[i + 1 :]) for i in range(num_spec_tokens)],
+        )
+
     def observe_draft(
         self, num_draft_tokens: int, num_accepted_tokens_per_pos: list[int], num_drafts: int = 1
     ) -> None:
@@ -129,6 +149,7 @@ class EngineStats:
     generate_seconds: float = 0.0  # wall time spent inside generate / next-token calls
     spec_decoding: SpecDecodingStats = field(default_factory=SpecDecodingStats)
     peak_rss_bytes: int | None = None  # peak resident memory of the engine's processes
+    rss_bytes: int | None = None  # their resident memory now (None once closed)
 
     def observe_call(
         self,
@@ -143,6 +164,39 @@ class EngineStats:
         self.num_cached_prompt_tokens += num_cached_prompt_tokens
         self.num_output_tokens += num_output_tokens
         self.generate_seconds += seconds
+
+    def observe_generation(self, results, seconds: float) -> None:
+        """Count one ``generate`` call: a list of :class:`engine.types.GenerationResult`."""
+        self.observe_call(
+            num_requests=len(results),
+            num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
+            num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
+            num_output_tokens=sum(r.num_output_tokens for r in results),
+            seconds=seconds,
+        )
+
+    def observe_next_token(self, dists, seconds: float) -> None:
+        """Count one ``next_token_logprobs`` call: one output token per prompt."""
+        self.observe_call(
+            num_requests=len(dists),
+            num_prompt_tokens=sum(d.num_prompt_tokens for d in dists),
+            num_cached_prompt_tokens=sum(d.num_cached_prompt_tokens or 0 for d in dists),
+            num_output_tokens=len(dists),
+            seconds=seconds,
+        )
+
+    def snapshot(self, peak_rss_bytes: int | None = None, rss_bytes: int | None = None) -> "EngineStats":
+        """An independent copy, with the memory readings set when given."""
+        return EngineStats(
+            num_requests=self.num_requests,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_cached_prompt_tokens=self.num_cached_prompt_tokens,
+            num_output_tokens=self.num_output_tokens,
+            generate_seconds=self.generate_seconds,
+            spec_decoding=self.spec_decoding.copy(),
+            peak_rss_bytes=peak_rss_bytes if peak_rss_bytes is not None else self.peak_rss_bytes,
+            rss_bytes=rss_bytes,
+        )
 
     @property
     def output_tokens_per_second(self) -> float | None:
@@ -159,5 +213,6 @@ class EngineStats:
             "generate_seconds": self.generate_seconds,
             "output_tokens_per_second": self.output_tokens_per_second,
             "peak_rss_bytes": self.peak_rss_bytes,
+            "rss_bytes": self.rss_bytes,
             "spec_decoding": self.spec_decoding.to_dict(),
         }

@@ -135,7 +135,7 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
     assert completion.spec_decoding is not None
     assert completion.spec_decoding.num_accepted_tokens == sd.num_accepted_tokens
     peak = stats.peak_rss_bytes
-    print(f"\npeak RSS: target engine {peak / GiB:.2f} GiB, draft engine "
-          f"{draft.stats().peak_rss_bytes / GiB:.2f} GiB; all alive at once {total_rss / GiB:.2f} GiB")
-    assert peak < 16 * GiB
+    print(f"\nRSS now/peak: target engine {stats.rss_bytes / GiB:.2f}/{peak / GiB:.2f} GiB, draft engine "
+          f"peak {draft.stats().peak_rss_bytes / GiB:.2f} GiB; everything alive at once {total_rss / GiB:.2f} GiB")
+    assert peak < 18 * GiB
     assert total_rss < 20 * GiB

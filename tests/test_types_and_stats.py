@@ -60,3 +60,10 @@ def test_next_token_distribution_reads_digit_tokens():
     assert d.logprob_of("7") == -0.1
     assert d.by_text() == {"7": -0.1, "8": -2.0}
     assert d.logprob_of("9") is None
+
+
+def test_from_histogram_worked_example():
+    s = SpecDecodingStats.from_histogram(3, [1, 0, 2, 5], num_draft_tokens=24)
+    assert s.num_drafts == 8 and s.num_accepted_tokens == 19
+    assert s.num_accepted_tokens_per_pos == [7, 7, 5]
+    assert s.mean_acceptance_length == pytest.approx(1 + 19 / 8)

@@ -1,0 +1,782 @@
+"""The HTTP backend: an :class:`engine.protocol.Engine` over an OpenAI-compatible server.
+
+Built for vLLM's server (``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server``)
+and meant to behave exactly like the in-process :class:`engine.vllm_backend.VLLMEngine`
+on the same model: same greedy text, same token ids, same finish reasons. SGLang's
+server also works for :meth:`OpenAIEngine.generate` and
+:meth:`OpenAIEngine.next_token_logprobs`.
+
+How the protocol maps onto the server:
+
+* ``generate``: one ``POST /v1/completions`` per :class:`GenerationRequest`, all sent
+  concurrently (at most ``max_concurrency`` in flight), so the server batches them.
+  Text prompts are sent as text with ``add_special_tokens: false`` (the in-process
+  backend adds none either); token-id prompts are sent as a list of ints. The server
+  returns the generated token ids (``return_token_ids``) and, when logprobs are asked,
+  keys them by token id (``return_tokens_as_token_ids``: ``"token_id:123"``); the text
+  of each token id comes from the local tokenizer when one is given, else from the
+  server's ``/detokenize`` (cached per id).
+* ``finish_reason``: ``"length"`` -> LENGTH; ``"stop"`` with a string ``stop_reason``
+  (SGLang: ``matched_stop``) -> STOP with that stop string; ``"stop"`` otherwise -> EOS.
+* cached prompt tokens: ``usage.prompt_tokens_details.cached_tokens``, which vLLM only
+  reports when started with ``--enable-prompt-tokens-details``; None otherwise.
+* speculative decoding: vLLM's per-request ``metrics.speculative_decoding`` (present
+  when the server speculates with per-request spec-decode metrics enabled) becomes
+  ``Completion.spec_decoding`` and is folded into :meth:`OpenAIEngine.stats`.
+* ``count_tokens`` / ``apply_chat_template`` are synchronous: they use the local
+  tokenizer when ``tokenizer`` is given, else vLLM's ``/tokenize`` and ``/detokenize``.
+
+Failures raise :class:`engine.protocol.EngineError` naming the problem and the fix.
+Connection errors, 5xx and 429 are retried ``max_retries`` times with exponential
+backoff; other 4xx never are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Self
+
+import httpx
+
+from engine.protocol import EngineError
+from engine.stats import EngineStats, SpecDecodingStats
+from engine.types import (
+    Completion,
+    EngineInfo,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    NextTokenDistribution,
+    Prompt,
+    SamplingSpec,
+    TokenLogprob,
+)
+
+logger = logging.getLogger(__name__)
+
+_TOKEN_ID_PREFIX = "token_id:"
+_REPLACEMENT_CHAR = "\ufffd"
+# Connection-level failures where the request did not (fully) reach the server.
+_RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+_MAX_BACKOFF_S = 30.0
+
+
+def _request_spec_stats(spec: Mapping[str, Any] | None) -> SpecDecodingStats | None:
+    """vLLM's per-request ``metrics.speculative_decoding`` as :class:`SpecDecodingStats`."""
+    if not spec:
+        return None
+    return SpecDecodingStats.from_histogram(
+        int(spec["num_spec_tokens"]), spec["acceptance_histogram"], int(spec["num_draft_tokens"])
+    )
+
+
+def _server_message(resp: httpx.Response) -> str:
+    """The error message in a server's error body (vLLM, SGLang, FastAPI shapes)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:1000] or resp.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if body.get("message"):
+            return str(body["message"])
+        if body.get("detail"):
+            return str(body["detail"])
+    return str(body)[:1000]
+
+
+def _normalize_base_url(base_url: str) -> str:
+    """``http://host:port`` with no trailing ``/`` or ``/v1``: the server root."""
+    url = base_url.strip().rstrip("/")
+    url = url.removesuffix("/v1")
+    if not url.startswith(("http://", "https://")):
+        raise EngineError(
+            f"base_url {base_url!r} is not an http(s) URL; pass e.g. 'http://127.0.0.1:8000'"
+        )
+    return url
+
+
+async def _gather_or_cancel(aws: Sequence[Awaitable[Any]]) -> list[Any]:
+    """``asyncio.gather``, but the first failure cancels the rest before it propagates."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        # Wait for the cancellations; the first exception is re-raised below.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class OpenAIEngine:
+    """An :class:`engine.protocol.Engine` over an OpenAI-compatible HTTP server.
+
+    * ``base_url``: the server root, e.g. ``http://127.0.0.1:8000`` (a trailing
+      ``/v1`` is accepted).
+    * ``model``: the served model name (vLLM's ``--served-model-name``).
+    * ``api_key`` or ``api_key_env`` (the name of an environment variable holding
+      it): sent as a bearer token.
+    * ``timeout_s``: per HTTP request; ``max_retries``: retries after the first
+      attempt for connection errors, 5xx and 429, with backoff
+      ``retry_backoff_s * 2**attempt``.
+    * ``max_model_len``: the server's context window; read from ``/v1/models`` at
+      :meth:`start` when not given. ``max_tokens`` is capped at it.
+    * ``tokenizer``: a local path or Hugging Face id of the model's tokenizer, used
+      for ``count_tokens``, ``apply_chat_template`` and token texts instead of the
+      server's ``/tokenize`` and ``/detokenize``.
+    """
+
+    backend = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        name: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        max_model_len: int | None = None,
+        tokenizer: str | None = None,
+        max_concurrency: int = 64,
+        retry_backoff_s: float = 0.5,
+    ) -> None:
+        if api_key is not None and api_key_env is not None:
+            raise EngineError(f"engine '{name or model}': pass api_key or api_key_env, not both")
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env)
+            if not api_key:
+                raise EngineError(
+                    f"engine '{name or model}': api_key_env={api_key_env!r} names an environment "
+                    f"variable that is not set (or empty); export {api_key_env}=<key> or pass "
+                    "api_key directly"
+                )
+        if max_retries < 0:
+            raise EngineError(
+                f"engine '{name or model}': max_retries must be >= 0, got {max_retries}"
+            )
+        if timeout_s <= 0:
+            raise EngineError(f"engine '{name or model}': timeout_s must be > 0, got {timeout_s}")
+        if max_concurrency < 1:
+            raise EngineError(
+                f"engine '{name or model}': max_concurrency must be >= 1, got {max_concurrency}"
+            )
+        self.base_url = _normalize_base_url(base_url)
+        self.model = model
+        self.name = name or model
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.retry_backoff_s = float(retry_backoff_s)
+        self.max_concurrency = int(max_concurrency)
+        self.max_model_len = max_model_len
+        self.tokenizer_name = tokenizer
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._sync_client: httpx.Client | None = None
+        self._tokenizer = None
+        self._token_texts: dict[int, str] = {}
+        self._started = False
+        self._stats = EngineStats()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            name=self.name,
+            backend=self.backend,
+            model=self.model,
+            max_model_len=self.max_model_len,
+            speculative_method=None,
+        )
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Check that the server answers and serves ``model``; learn max_model_len."""
+        if self._started:
+            return
+        resp = await self._request("GET", "/v1/models")
+        cards = resp.json().get("data") or []
+        served = [str(c.get("id")) for c in cards]
+        if self.model not in served:
+            raise self._model_not_served_error(served)
+        if self.max_model_len is None:
+            card = next(c for c in cards if c.get("id") == self.model)
+            if card.get("max_model_len") is not None:
+                self.max_model_len = int(card["max_model_len"])
+        self._started = True
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        client_loop, self._client_loop = self._client_loop, None
+        self._semaphore = None
+        if client is not None:
+            if client_loop is asyncio.get_running_loop():
+                await client.aclose()
+            else:
+                # Opened under an event loop that has ended: its connections went with it.
+                logger.debug("engine '%s': dropping an HTTP client of an ended loop", self.name)
+        sync_client, self._sync_client = self._sync_client, None
+        if sync_client is not None:
+            sync_client.close()
+        self._started = False
+
+    # -- HTTP ----------------------------------------------------------------------
+
+    def _async_client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            if self._client is not None:
+                # The old client's connections belong to a loop that is gone; they
+                # cannot be closed from here and are dropped with it.
+                logger.debug("engine '%s': new HTTP client for a new event loop", self.name)
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=httpx.Limits(
+                    max_connections=self.max_concurrency,
+                    max_keepalive_connections=self.max_concurrency,
+                ),
+            )
+            self._client_loop = loop
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        assert self._semaphore is not None
+        return self._client, self._semaphore
+
+    def _client_sync(self) -> httpx.Client:
+        if self._sync_client is None:
+            self._sync_client = httpx.Client(
+                base_url=self.base_url, headers=self._headers, timeout=self._timeout
+            )
+        return self._sync_client
+
+    def _backoff(self, attempt: int, resp: httpx.Response | None) -> float:
+        delay = self.retry_backoff_s * (2**attempt)
+        if resp is not None and resp.status_code == 429:
+            retry_after = resp.headers.get("retry-after", "")
+            if retry_after.replace(".", "", 1).isdigit():
+                delay = max(delay, float(retry_after))
+        return min(delay, _MAX_BACKOFF_S)
+
+    async def _request(self, method: str, path: str, payload: Any = None) -> httpx.Response:
+        """One HTTP call with retries; returns a 2xx response or raises EngineError."""
+        client, semaphore = self._async_client()
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                async with semaphore:
+                    resp = await client.request(method, path, json=payload)
+            except _RETRYABLE_TRANSPORT_ERRORS as e:
+                if last:
+                    raise self._unreachable_error(path, e) from e
+                await asyncio.sleep(self._backoff(attempt, None))
+                continue
+            except httpx.TimeoutException as e:
+                raise self._timeout_error(path, e) from e
+            except httpx.HTTPError as e:
+                raise self._transport_error(path, e) from e
+            if resp.status_code == 429 or resp.status_code >= 500:
+                if last:
+                    raise self._http_error(path, resp)
+                await asyncio.sleep(self._backoff(attempt, resp))
+                continue
+            if self._is_model_missing(resp) and path != "/v1/models":
+                models = await self._request("GET", "/v1/models")
+                raise self._model_not_served_error(
+                    [str(c.get("id")) for c in models.json().get("data") or []]
+                )
+            if resp.status_code >= 400:
+                raise self._http_error(path, resp)
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request_sync(self, method: str, path: str, payload: Any = None) -> httpx.Response:
+        """The synchronous twin of :meth:`_request` (tokenizer endpoints)."""
+        client = self._client_sync()
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                resp = client.request(method, path, json=payload)
+            except _RETRYABLE_TRANSPORT_ERRORS as e:
+                if last:
+                    raise self._unreachable_error(path, e) from e
+                time.sleep(self._backoff(attempt, None))
+                continue
+            except httpx.TimeoutException as e:
+                raise self._timeout_error(path, e) from e
+            except httpx.HTTPError as e:
+                raise self._transport_error(path, e) from e
+            if resp.status_code == 429 or resp.status_code >= 500:
+                if last:
+                    raise self._http_error(path, resp)
+                time.sleep(self._backoff(attempt, resp))
+                continue
+            if self._is_model_missing(resp) and path != "/v1/models":
+                raise self._model_not_served_error(self._served_models_sync())
+            if resp.status_code >= 400:
+                raise self._http_error(path, resp)
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- errors --------------------------------------------------------------------
+
+    def _unreachable_error(self, path: str, e: Exception) -> EngineError:
+        return EngineError(
+            f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} is unreachable "
+            f"({type(e).__name__}: {e}; {self.max_retries + 1} attempts on {path}). Start the "
+            "server (e.g. `python -m vllm.entrypoints.openai.api_server --model ... --port ...`) "
+            "or fix base_url."
+        )
+
+    def _timeout_error(self, path: str, e: Exception) -> EngineError:
+        return EngineError(
+            f"engine '{self.name}': request {path} to {self.base_url} timed out after "
+            f"timeout_s={self.timeout_s:g}s ({type(e).__name__}). Raise timeout_s, or send "
+            "fewer or shorter requests (max_tokens), or check that the server is not overloaded."
+        )
+
+    def _transport_error(self, path: str, e: Exception) -> EngineError:
+        return EngineError(
+            f"engine '{self.name}': HTTP request {path} to {self.base_url} failed: "
+            f"{type(e).__name__}: {e}. Check base_url and the server log."
+        )
+
+    def _is_model_missing(self, resp: httpx.Response) -> bool:
+        if resp.status_code != 404:
+            return False
+        message = _server_message(resp)
+        return self.model in message and "not exist" in message
+
+    def _http_error(self, path: str, resp: httpx.Response) -> EngineError:
+        status = resp.status_code
+        message = _server_message(resp)
+        where = (
+            f"engine '{self.name}': {resp.request.method} {self.base_url}{path} -> HTTP {status}"
+        )
+        if status == 404:
+            return EngineError(
+                f"{where}: {message}. This server does not implement {path}"
+                + (
+                    "; pass tokenizer=<path or HF id> so tokenization runs locally"
+                    if path in ("/tokenize", "/detokenize")
+                    else "; check base_url points at an OpenAI-compatible server"
+                )
+            )
+        if status in (401, 403):
+            return EngineError(
+                f"{where}: the server rejected the API key: {message}. Pass api_key or "
+                "api_key_env matching the server's --api-key."
+            )
+        if status == 429 or status >= 500:
+            return EngineError(
+                f"{where} after {self.max_retries + 1} attempts: {message}. The server is "
+                "overloaded or failing; check its log, lower the concurrency or raise max_retries."
+            )
+        return EngineError(
+            f"{where}: the server refused the request: {message}. Fix the request (a prompt "
+            "longer than the server's --max-model-len must be shortened; logprobs above "
+            "--max-logprobs need a server started with a larger one)."
+        )
+
+    def _served_models_sync(self) -> list[str]:
+        resp = self._request_sync("GET", "/v1/models")
+        return [str(c.get("id")) for c in resp.json().get("data") or []]
+
+    def _model_not_served_error(self, served: list[str]) -> EngineError:
+        close = difflib.get_close_matches(self.model, served, n=1, cutoff=0.0)
+        hint = f" Closest match: {close[0]!r}." if close else ""
+        return EngineError(
+            f"engine '{self.name}': model {self.model!r} is not served at {self.base_url}; it "
+            f"serves {served}.{hint} Set model to a served name (the server's "
+            "--served-model-name) or start the server with this model."
+        )
+
+    # -- tokenizer -----------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        """The local tokenizer (``tokenizer`` argument); None when tokenizing on the server."""
+        if self._tokenizer is None and self.tokenizer_name is not None:
+            from transformers import AutoTokenizer
+
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
+            except (OSError, ValueError) as e:
+                raise EngineError(
+                    f"engine '{self.name}': could not load tokenizer {self.tokenizer_name!r}: {e}. "
+                    "Pass the model's local path or Hugging Face id, or leave tokenizer unset to "
+                    "tokenize on the server."
+                ) from e
+        return self._tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens added."""
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        resp = self._request_sync(
+            "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+        )
+        return [int(t) for t in resp.json()["tokens"]]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> str:
+        if continue_final_message:
+            add_generation_prompt = False
+        msgs = [dict(m) for m in messages]
+        if self.tokenizer is not None:
+            return self.tokenizer.apply_chat_template(
+                msgs,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+            )
+        # vLLM renders the template and tokenizes the text; decoding those ids gives the
+        # text back. The re-encode check proves the round trip lost nothing.
+        ids = self._request_sync(
+            "POST",
+            "/tokenize",
+            {
+                "model": self.model,
+                "messages": msgs,
+                "add_generation_prompt": add_generation_prompt,
+                "continue_final_message": continue_final_message,
+            },
+        ).json()["tokens"]
+        text = self._request_sync(
+            "POST", "/detokenize", {"model": self.model, "tokens": ids}
+        ).json()["prompt"]
+        if self.encode(text) != list(ids):
+            raise EngineError(
+                f"engine '{self.name}': the chat template rendered by the server does not "
+                "survive a detokenize/tokenize round trip, so its text cannot be recovered "
+                "exactly; pass tokenizer=<path or HF id> to render the template locally"
+            )
+        return text
+
+    async def _decode(self, ids: Sequence[int]) -> str:
+        """Text of a token id sequence: local tokenizer, else ``/detokenize``."""
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(list(ids))
+        resp = await self._request(
+            "POST", "/detokenize", {"model": self.model, "tokens": [int(t) for t in ids]}
+        )
+        return resp.json()["prompt"]
+
+    async def _single_texts(self, token_ids: set[int]) -> dict[int, str]:
+        """Text of each token id decoded alone (cached: the vocabulary bounds it)."""
+        missing = sorted(t for t in token_ids if t not in self._token_texts)
+        if missing:
+            texts = await _gather_or_cancel([self._decode([t]) for t in missing])
+            self._token_texts.update(zip(missing, texts))
+        return {t: self._token_texts[t] for t in token_ids}
+
+    async def _correct_replacement(
+        self, token_id: int, context: list[int], singles: Mapping[int, str]
+    ) -> str:
+        """vLLM's fix of a token text ending in U+FFFD (a partial UTF-8 sequence).
+
+        The same rule as ``vllm.v1.engine.logprobs.LogprobsProcessor._correct_decoded_token``:
+        decode the token after up to 4 preceding sampled tokens; the text it completes
+        is its own, and it is "" while the byte sequence is still incomplete.
+        """
+        context = context[-4:]
+        for num_ctx in range(1, len(context) + 1):
+            ctx = context[-num_ctx:]
+            full = await self._decode([*ctx, token_id])
+            if full.endswith(_REPLACEMENT_CHAR):
+                continue
+            clean_end = len(ctx)
+            for j in range(len(ctx) - 1, -1, -1):
+                if singles.get(ctx[j], _REPLACEMENT_CHAR).endswith(_REPLACEMENT_CHAR):
+                    clean_end = j
+                else:
+                    break
+            clean_prefix = await self._decode(ctx[:clean_end]) if clean_end > 0 else ""
+            if full.startswith(clean_prefix):
+                return full[len(clean_prefix) :]
+            return full[len(os.path.commonprefix([clean_prefix, full])) :]
+        return ""
+
+    async def _position_texts(
+        self, position_ids: Sequence[Sequence[int]], sampled: Sequence[int]
+    ) -> list[dict[int, str]]:
+        """Token texts at each output position, as the in-process backend reports them.
+
+        ``position_ids[i]``: the token ids with logprobs at position i; ``sampled``: the
+        generated token ids, whose preceding ones give the context vLLM uses to correct
+        partial UTF-8 tokens.
+        """
+        singles = await self._single_texts({t for ids in position_ids for t in ids} | set(sampled))
+        out = []
+        for i, ids in enumerate(position_ids):
+            context = list(sampled[max(0, i - 4) : i])
+            texts = {}
+            for t in ids:
+                text = singles[t]
+                if text.endswith(_REPLACEMENT_CHAR):
+                    text = await self._correct_replacement(t, context, singles)
+                texts[t] = text
+            out.append(texts)
+        return out
+
+    # -- generation ----------------------------------------------------------------
+
+    def _prompt_payload(self, prompt: Prompt) -> dict[str, Any]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise EngineError(f"engine '{self.name}': empty prompt")
+            # Prompt text is taken as it is, as by the in-process backend.
+            return {"prompt": prompt, "add_special_tokens": False}
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise EngineError(f"engine '{self.name}': empty prompt")
+        if self.max_model_len is not None and len(ids) >= self.max_model_len:
+            raise EngineError(
+                f"engine '{self.name}': the prompt has {len(ids)} tokens but max_model_len is "
+                f"{self.max_model_len}; shorten the prompt (fewer steps or a smaller budget) "
+                "or serve the model with a larger --max-model-len"
+            )
+        return {"prompt": ids}
+
+    def _payload(self, prompt: Prompt, spec: SamplingSpec) -> dict[str, Any]:
+        max_tokens = spec.max_tokens
+        if self.max_model_len is not None:
+            # The server caps max_tokens at the room left in the context window
+            # (finish_reason "length") but refuses one above the whole window.
+            max_tokens = min(max_tokens, self.max_model_len)
+        payload: dict[str, Any] = {
+            "model": self.model,
+            **self._prompt_payload(prompt),
+            "max_tokens": max_tokens,
+            "temperature": spec.temperature,
+            "top_p": spec.top_p,
+            "n": spec.n,
+            "return_token_ids": True,
+        }
+        if spec.seed is not None:
+            payload["seed"] = spec.seed
+        if spec.stop:
+            payload["stop"] = list(spec.stop)
+            payload["include_stop_str_in_output"] = spec.include_stop_str
+        if spec.logprobs is not None:
+            payload["logprobs"] = spec.logprobs
+            payload["return_tokens_as_token_ids"] = True
+        return payload
+
+    async def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
+        body = (await self._request("POST", "/v1/completions", payload)).json()
+        if not body.get("choices"):
+            raise EngineError(
+                f"engine '{self.name}': the server answered /v1/completions with no choices: "
+                f"{str(body)[:500]}"
+            )
+        return body
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        await self.start()
+        payloads = [self._payload(r.prompt, r.sampling) for r in requests]
+        t0 = time.perf_counter()
+        bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
+        results = await _gather_or_cancel([self._to_result(r, b) for r, b in zip(requests, bodies)])
+        seconds = time.perf_counter() - t0
+        self._stats.observe_generation(results, seconds)
+        return results
+
+    @staticmethod
+    def _usage(body: Mapping[str, Any]) -> tuple[int, int | None]:
+        usage = body.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        return int(usage.get("prompt_tokens", 0)), (int(cached) if cached is not None else None)
+
+    def _finish(self, choice: Mapping[str, Any]) -> tuple[FinishReason, str | None]:
+        reason = choice.get("finish_reason")
+        # vLLM: stop_reason; SGLang: matched_stop. A string is the stop string that
+        # matched; an int or None is the model's EOS / stop token.
+        stop_reason = (
+            choice["stop_reason"] if "stop_reason" in choice else choice.get("matched_stop")
+        )
+        if reason == "length":
+            return FinishReason.LENGTH, None
+        if reason == "stop" and isinstance(stop_reason, str):
+            return FinishReason.STOP, stop_reason
+        if reason == "stop":
+            return FinishReason.EOS, None
+        raise EngineError(f"engine '{self.name}': request ended with finish_reason={reason!r}")
+
+    def _token_ids(self, choice: Mapping[str, Any]) -> list[int]:
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise EngineError(
+                f"engine '{self.name}': the server at {self.base_url} returned no token ids "
+                "(return_token_ids); use a vLLM >= 0.10 or SGLang server"
+            )
+        return [int(t) for t in ids]
+
+    def _key_to_id(self, key: str) -> int:
+        """A logprobs key: ``token_id:N`` (vLLM), else token text (SGLang) -> its one id."""
+        if key.startswith(_TOKEN_ID_PREFIX):
+            return int(key[len(_TOKEN_ID_PREFIX) :])
+        if self.tokenizer is None:
+            raise EngineError(
+                f"engine '{self.name}': the server keys logprobs by token text ({key!r}), not by "
+                "token id; pass tokenizer=<path or HF id> to map texts to ids, or use a vLLM server"
+            )
+        ids = list(self.tokenizer.encode(key, add_special_tokens=False))
+        if len(ids) != 1:
+            raise EngineError(
+                f"engine '{self.name}': the server keys logprobs by token text, and {key!r} does "
+                f"not map to one token (got {ids}); use a vLLM server, which returns token ids "
+                "(return_tokens_as_token_ids)"
+            )
+        return ids[0]
+
+    def _top_ids(self, top: Mapping[str, float] | None) -> list[tuple[int, float]]:
+        return [(self._key_to_id(k), float(lp)) for k, lp in (top or {}).items()]
+
+    async def _to_result(
+        self, request: GenerationRequest, body: Mapping[str, Any]
+    ) -> GenerationResult:
+        num_prompt_tokens, num_cached = self._usage(body)
+        choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+        spec_stats = _request_spec_stats((body.get("metrics") or {}).get("speculative_decoding"))
+        if spec_stats is not None:
+            self._stats.spec_decoding.observe(spec_stats)
+        want_logprobs = request.sampling.logprobs is not None
+        completions = []
+        for i, c in enumerate(choices):
+            reason, stop_string = self._finish(c)
+            ids = self._token_ids(c)
+            logprobs = await self._completion_logprobs(c, ids) if want_logprobs else None
+            completions.append(
+                Completion(
+                    text=c["text"],
+                    token_ids=tuple(ids),
+                    finish_reason=reason,
+                    stop_string=stop_string,
+                    logprobs=logprobs,
+                    # The server reports them only for n == 1: the first completion.
+                    spec_decoding=spec_stats if i == 0 else None,
+                )
+            )
+        return GenerationResult(
+            completions=tuple(completions),
+            num_prompt_tokens=num_prompt_tokens,
+            num_cached_prompt_tokens=num_cached,
+        )
+
+    async def _completion_logprobs(
+        self, choice: Mapping[str, Any], ids: list[int]
+    ) -> tuple[TokenLogprob, ...]:
+        lp = choice.get("logprobs")
+        if lp is None:
+            raise EngineError(f"engine '{self.name}': logprobs asked but the server returned none")
+        token_lps = lp.get("token_logprobs") or []
+        tops = [self._top_ids(top) for top in lp.get("top_logprobs") or []]
+        if len(token_lps) != len(ids) or len(tops) != len(ids):
+            raise EngineError(
+                f"engine '{self.name}': the server returned {len(token_lps)} logprobs and "
+                f"{len(tops)} top-logprob entries for {len(ids)} tokens"
+            )
+        texts = await self._position_texts(
+            [[tok, *(t for t, _ in top)] for tok, top in zip(ids, tops)], ids
+        )
+        singles = await self._single_texts(set(ids))
+        return tuple(
+            TokenLogprob(
+                token_id=tok,
+                # As in-process: the corrected text, else the token decoded alone.
+                token=pos_texts[tok] or singles[tok],
+                logprob=float(chosen) if chosen is not None else float("-inf"),
+                top=self._sorted_top(top, pos_texts),
+            )
+            for tok, chosen, top, pos_texts in zip(ids, token_lps, tops, texts)
+        )
+
+    @staticmethod
+    def _sorted_top(
+        top: list[tuple[int, float]], texts: Mapping[int, str]
+    ) -> tuple[tuple[int, str, float], ...]:
+        entries = [(tid, texts[tid], lp) for tid, lp in top]
+        entries.sort(key=lambda e: -e[2])
+        return tuple(entries)
+
+    async def next_token_logprobs(
+        self, prompts: Sequence[Prompt], top_k: int = 20
+    ) -> list[NextTokenDistribution]:
+        """One-token greedy requests with ``top_k`` logprobs: a prefill and one decode step."""
+        await self.start()
+        if top_k < 1:
+            raise EngineError(f"engine '{self.name}': top_k must be >= 1, got {top_k}")
+        spec = SamplingSpec(max_tokens=1, temperature=0.0, logprobs=top_k)
+        payloads = [self._payload(p, spec) for p in prompts]
+        t0 = time.perf_counter()
+        bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
+        tops = []
+        for body in bodies:
+            choice = body["choices"][0]
+            lp = choice.get("logprobs") or {}
+            positions = lp.get("top_logprobs") or []
+            if not positions or positions[0] is None:
+                raise EngineError(
+                    f"engine '{self.name}': logprobs asked but the server returned none for the "
+                    "next token"
+                )
+            tops.append(self._top_ids(positions[0]))
+        # The first output position: no sampled context, as in-process.
+        texts = await _gather_or_cancel(
+            [self._position_texts([[t for t, _ in top]], []) for top in tops]
+        )
+        seconds = time.perf_counter() - t0
+        results = []
+        for body, top, [pos_texts] in zip(bodies, tops, texts):
+            num_prompt_tokens, num_cached = self._usage(body)
+            spec_stats = _request_spec_stats(
+                (body.get("metrics") or {}).get("speculative_decoding")
+            )
+            if spec_stats is not None:
+                self._stats.spec_decoding.observe(spec_stats)
+            results.append(
+                NextTokenDistribution(
+                    top=self._sorted_top(top, pos_texts)[:top_k],
+                    num_prompt_tokens=num_prompt_tokens,
+                    num_cached_prompt_tokens=num_cached,
+                )
+            )
+        self._stats.observe_next_token(results, seconds)
+        return results
+
+    # -- stats ---------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        # the server's processes are not ours to measure
+        return self._stats.snapshot()

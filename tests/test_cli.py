@@ -1,0 +1,66 @@
+"""The command line: presets, and bad input that must fail fast with a clear message."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workflows.datasets import DatasetError, load_problems
+
+
+def stepspec(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-c", "from workflows.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+
+
+def test_models_list_names_every_preset():
+    r = stepspec("models", "list")
+    assert r.returncode == 0, r.stderr
+    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "all-minilm-l6-v2"):
+        assert name in r.stdout
+
+
+def test_solve_with_an_unknown_model_fails_before_starting_anything():
+    r = stepspec("solve", "--question", "1+1?", "--target", "qwen2.5-coder-1.5", "--spec", "none")
+    assert r.returncode == 2
+    assert "unknown model 'qwen2.5-coder-1.5'" in r.stderr and "Did you mean" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_solve_with_an_unknown_speculation_method():
+    r = stepspec("solve", "--question", "1+1?", "--spec", "medusa2")
+    assert r.returncode == 2 and "unknown speculation method 'medusa2'" in r.stderr
+
+
+def test_solve_with_an_out_of_range_index():
+    r = stepspec("solve", "--index", "99999", "--spec", "none")
+    assert r.returncode == 2 and "out of range" in r.stderr and "1319" in r.stderr
+
+
+def test_gsm8k_loads_from_the_shared_data_folder():
+    problems = load_problems("gsm8k")
+    assert len(problems) == 1319
+    assert problems[0].question.startswith("Janet")
+    assert "####" in problems[0].reference
+    aime = load_problems("aime24")
+    assert len(aime) == 30 and "Please reason step by step" not in aime[0].question
+
+
+def test_malformed_data_line_names_file_and_line(tmp_path):
+    (tmp_path / "gsm8k_test.jsonl").write_text(
+        json.dumps({"question": "q1", "answer": "#### 1"}) + "\n" + '{"question": "q2", "answer": \n'
+    )
+    with pytest.raises(DatasetError) as e:
+        load_problems("gsm8k", tmp_path)
+    assert "gsm8k_test.jsonl:2: malformed line" in str(e.value)
+    (tmp_path / "gsm8k_test.jsonl").write_text(json.dumps({"q": "x"}) + "\n")
+    with pytest.raises(DatasetError, match="expected a JSON object with fields 'question' and 'answer'"):
+        load_problems("gsm8k", tmp_path)
+
+
+def test_missing_data_folder_says_how_to_point_at_one(tmp_path):
+    with pytest.raises(DatasetError, match="--data-dir"):
+        load_problems("gsm8k", tmp_path / "nowhere")

@@ -1,0 +1,546 @@
+"""Tests of engine.openai_backend.OpenAIEngine.
+
+The first group needs no vLLM server: a dead port, a socket that never answers, and a
+small stub HTTP server with canned answers (retries, finish reasons, spec-decode
+metrics). The ``server`` group starts a real vLLM OpenAI server on a tiny random model
+and checks the HTTP backend against the in-process ``VLLMEngine`` on the same model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.openai_backend import OpenAIEngine
+from engine.protocol import Engine, EngineError
+from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from tests.tiny_models import build_tiny_model
+
+MAX_MODEL_LEN = 1024
+SERVED_NAME = "tiny"
+PROMPT = "How many clips did Natalia sell"
+TOKEN_PROMPT_TEXT = "Let me check: 12 / 60 ="
+MAX_TOKENS = 24
+TOP_K = 5
+SERVER_START_TIMEOUT_S = 240.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+# -- no server ---------------------------------------------------------------------
+
+
+def test_dead_server_fails_after_bounded_retries():
+    port = _free_port()  # nothing listens there
+    engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, retry_backoff_s=0.01)
+    assert isinstance(engine, Engine)
+
+    async def go():
+        try:
+            await engine.generate([GenerationRequest("hi")])
+        finally:
+            await engine.close()
+
+    t0 = time.perf_counter()
+    with pytest.raises(EngineError) as e:
+        _run(go())
+    assert time.perf_counter() - t0 < 5
+    msg = str(e.value)
+    assert f"http://127.0.0.1:{port}" in msg
+    assert "3 attempts" in msg and "start the server" in msg.lower() and "base_url" in msg
+    # The synchronous tokenizer path fails the same way.
+    with pytest.raises(EngineError, match=f"127.0.0.1:{port}.*unreachable"):
+        engine.count_tokens("hi")
+    _run(engine.close())
+
+
+def test_missing_api_key_env(monkeypatch):
+    monkeypatch.delenv("STEPSPEC_TEST_NO_SUCH_KEY", raising=False)
+    with pytest.raises(EngineError, match="STEPSPEC_TEST_NO_SUCH_KEY.*not set"):
+        OpenAIEngine("http://127.0.0.1:1", "m", api_key_env="STEPSPEC_TEST_NO_SUCH_KEY")
+    monkeypatch.setenv("STEPSPEC_TEST_NO_SUCH_KEY", "secret")
+    engine = OpenAIEngine("http://127.0.0.1:1", "m", api_key_env="STEPSPEC_TEST_NO_SUCH_KEY")
+    assert engine._headers == {"Authorization": "Bearer secret"}
+
+
+def test_read_timeout_names_the_setting():
+    # A listening socket that never accepts: the kernel completes the handshake, the
+    # request goes out, no answer ever comes.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", timeout_s=0.3, retry_backoff_s=0.01)
+        with pytest.raises(EngineError, match=r"timed out after timeout_s=0.3s.*Raise timeout_s"):
+            engine.count_tokens("hi")
+        _run(engine.close())
+
+
+class _Stub(ThreadingHTTPServer):
+    """Canned JSON answers keyed by (method, path); counts the hits."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _StubHandler)
+        self.routes: dict[tuple[str, str], tuple[int, dict]] = {}
+        self.hits: list[tuple[str, str, dict | None]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    def _answer(self, method: str) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.hits.append((method, self.path, body))
+        status, payload = self.server.routes.get(
+            (method, self.path), (404, {"detail": "Not Found"})
+        )
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._answer("GET")
+
+    def do_POST(self):
+        self._answer("POST")
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture
+def stub():
+    server = _Stub()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.routes[("GET", "/v1/models")] = (200, {"data": [{"id": "m", "max_model_len": 64}]})
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _completion_hits(stub: _Stub) -> list[dict]:
+    return [b for m, p, b in stub.hits if p == "/v1/completions"]
+
+
+def test_5xx_retried_then_error_4xx_not_retried(stub):
+    async def go():
+        async with OpenAIEngine(stub.url, "m", max_retries=2, retry_backoff_s=0.01) as engine:
+            stub.routes[("POST", "/v1/completions")] = (503, {"error": {"message": "busy"}})
+            with pytest.raises(EngineError, match=r"HTTP 503 after 3 attempts: busy"):
+                await engine.generate([GenerationRequest("hi")])
+            assert len(_completion_hits(stub)) == 3
+
+            stub.hits.clear()
+            stub.routes[("POST", "/v1/completions")] = (400, {"error": {"message": "bad field"}})
+            with pytest.raises(
+                EngineError, match=r"HTTP 400: the server refused the request: bad field"
+            ):
+                await engine.generate([GenerationRequest("hi")])
+            assert len(_completion_hits(stub)) == 1
+
+            stub.routes[("POST", "/v1/completions")] = (401, {"error": {"message": "bad key"}})
+            with pytest.raises(EngineError, match=r"rejected the API key.*api_key_env"):
+                await engine.generate([GenerationRequest("hi")])
+
+    _run(go())
+
+
+def test_finish_reasons_usage_and_spec_metrics_from_canned_answers(stub):
+    spec = {
+        "mean_acceptance_length": 2.33,
+        "draft_acceptance_rate": 0.67,
+        "acceptance_histogram": [1, 0, 2],  # 3 steps: accepted 0, 2, 2 tokens
+        "num_spec_steps": 3,
+        "num_accepted_draft_tokens": 4,
+        "num_draft_tokens": 6,
+        "num_spec_tokens": 2,
+    }
+    stub.routes[("POST", "/v1/completions")] = (
+        200,
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "ab",
+                    "finish_reason": "stop",
+                    "stop_reason": None,
+                    "token_ids": [5, 6],
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 2}},
+            "metrics": {"speculative_decoding": spec},
+        },
+    )
+    engine = OpenAIEngine(stub.url, "m")
+
+    async def generate(request):
+        try:
+            return await engine.generate([request])
+        finally:
+            await engine.close()
+
+    [r] = _run(generate(GenerationRequest([1, 2, 3], SamplingSpec(max_tokens=500, seed=7))))
+    c = r.completion
+    assert (c.text, c.token_ids, c.finish_reason, c.stop_string) == (
+        "ab",
+        (5, 6),
+        FinishReason.EOS,
+        None,
+    )
+    assert (r.num_prompt_tokens, r.num_cached_prompt_tokens) == (3, 2)
+    s = c.spec_decoding
+    assert (s.num_spec_tokens, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (
+        2,
+        3,
+        6,
+        4,
+    )
+    assert s.num_accepted_tokens_per_pos == [2, 2]
+    assert s.mean_acceptance_length == pytest.approx(1 + 4 / 3)
+    stats = engine.stats()
+    assert stats.spec_decoding.to_dict() == s.to_dict()
+    assert (stats.num_requests, stats.num_prompt_tokens, stats.num_cached_prompt_tokens) == (
+        1,
+        3,
+        2,
+    )
+    assert stats.num_output_tokens == 2
+    [sent] = _completion_hits(stub)
+    # max_tokens is capped at the served max_model_len; token prompts go as ints.
+    assert sent["prompt"] == [1, 2, 3] and sent["max_tokens"] == 64 and sent["seed"] == 7
+    assert sent["return_token_ids"] is True and "add_special_tokens" not in sent
+    assert engine.info.max_model_len == 64 and engine.info.backend == "openai"
+
+    # SGLang names the stop reason matched_stop; no cached-token report -> None.
+    stub.routes[("POST", "/v1/completions")] = (
+        200,
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "x",
+                    "finish_reason": "stop",
+                    "matched_stop": "\n",
+                    "token_ids": [9],
+                }
+            ],
+            "usage": {"prompt_tokens": 1},
+        },
+    )
+    [r] = _run(generate(GenerationRequest("q", SamplingSpec(stop=("\n",)))))
+    assert (r.completion.finish_reason, r.completion.stop_string) == (FinishReason.STOP, "\n")
+    assert r.num_cached_prompt_tokens is None and r.completion.spec_decoding is None
+    sent = _completion_hits(stub)[-1]
+    assert sent["add_special_tokens"] is False and sent["stop"] == ["\n"]
+    assert sent["include_stop_str_in_output"] is False
+
+
+# -- real vLLM server ----------------------------------------------------------------
+
+
+def _stop_process(proc: subprocess.Popen) -> None:
+    """Terminate the server by its PID, then any of its children that outlive it."""
+    import psutil
+
+    if proc.poll() is not None:
+        return
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    for child in alive:
+        child.kill()
+    psutil.wait_procs(alive, timeout=10)
+
+
+def _log_tail(path: Path, num_lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
+
+
+def _wait_healthy(proc: subprocess.Popen, base_url: str, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM server exited with {proc.returncode}:\n{_log_tail(log)}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass  # not up yet
+        time.sleep(0.5)
+    pytest.fail(f"vLLM server not healthy after {SERVER_START_TIMEOUT_S:.0f}s:\n{_log_tail(log)}")
+
+
+async def _reference_outputs(model_path: Path, token_prompt: list[int]) -> dict:
+    """What the in-process backend answers for the prompts the server tests use."""
+    from engine.vllm_backend import VLLMEngine
+
+    engine = VLLMEngine(
+        str(model_path),
+        max_model_len=MAX_MODEL_LEN,
+        kv_cache_gib=0.25,
+        engine_args={"enforce_eager": True},
+    )
+    async with engine:
+        greedy, logprobs, tokens = await engine.generate(
+            [
+                GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS)),
+                GenerationRequest(PROMPT, SamplingSpec(max_tokens=4, logprobs=TOP_K)),
+                GenerationRequest(token_prompt, SamplingSpec(max_tokens=8)),
+            ]
+        )
+        [next_token] = await engine.next_token_logprobs([PROMPT], top_k=TOP_K)
+    return {"greedy": greedy, "logprobs": logprobs, "tokens": tokens, "next_token": next_token}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(base_url, model path, in-process reference outputs, local tokenizer).
+
+    The server boots while the in-process engine computes the reference outputs; it
+    is stopped by PID on the way out whatever happened.
+    """
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("openai_backend")
+    model_path = build_tiny_model(root / "tiny")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_HOST_IP="127.0.0.1",
+        VLLM_CPU_OMP_THREADS_BIND="0-1",
+    )
+    log = root / "server.log"
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_path), "--served-model-name", SERVED_NAME,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
+        "--enforce-eager", "--max-logprobs", "20",
+    ]  # fmt: skip
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        token_prompt = tokenizer.encode(TOKEN_PROMPT_TEXT, add_special_tokens=False)
+        reference = _run(_reference_outputs(model_path, token_prompt))
+        reference["token_prompt"] = token_prompt
+        _wait_healthy(proc, base_url, log)
+        yield base_url, model_path, reference, tokenizer
+    finally:
+        _stop_process(proc)
+
+
+@pytest.mark.server
+def test_matches_in_process_backend(served):
+    base_url, _, ref, _ = served
+
+    async def go():
+        async with OpenAIEngine(f"{base_url}/v1", SERVED_NAME) as engine:
+            results = await engine.generate(
+                [
+                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS)),
+                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=4, logprobs=TOP_K)),
+                    GenerationRequest(ref["token_prompt"], SamplingSpec(max_tokens=8)),
+                ]
+            )
+            [next_token] = await engine.next_token_logprobs([PROMPT], top_k=TOP_K)
+            return results, next_token, engine.stats(), engine.info
+
+    (greedy, logprobs, tokens), next_token, stats, info = _run(go())
+    assert greedy.completion.text == ref["greedy"].completion.text
+    assert greedy.completion.token_ids == ref["greedy"].completion.token_ids
+    assert greedy.completion.finish_reason == FinishReason.LENGTH
+    assert greedy.completion.num_output_tokens == MAX_TOKENS
+    assert greedy.num_prompt_tokens == ref["greedy"].num_prompt_tokens
+    assert tokens.completion.token_ids == ref["tokens"].completion.token_ids
+    assert tokens.num_prompt_tokens == len(ref["token_prompt"])
+
+    # Per-token logprobs: same ids and texts, same values up to float noise, top-k+1 at most.
+    got, want = logprobs.completion.logprobs, ref["logprobs"].completion.logprobs
+    assert [t.token_id for t in got] == [t.token_id for t in want]
+    assert [t.token for t in got] == [t.token for t in want]
+    for g, w in zip(got, want):
+        assert g.logprob == pytest.approx(w.logprob, abs=1e-4)
+        assert TOP_K <= len(g.top) <= TOP_K + 1
+        assert [e[0] for e in g.top] == [e[0] for e in w.top]
+        assert [e[1] for e in g.top] == [e[1] for e in w.top]
+        assert [e[2] for e in g.top] == sorted((e[2] for e in g.top), reverse=True)
+
+    # Next-token distribution: top_k entries, sorted, same top token id and text.
+    assert len(next_token.top) == TOP_K
+    assert [e[2] for e in next_token.top] == sorted((e[2] for e in next_token.top), reverse=True)
+    assert next_token.top[0][:2] == ref["next_token"].top[0][:2]
+    assert [e[0] for e in next_token.top] == [e[0] for e in ref["next_token"].top]
+    assert next_token.top[0][0] == greedy.completion.token_ids[0]
+
+    assert stats.num_requests == 4
+    assert stats.num_output_tokens == MAX_TOKENS + 4 + 8 + 1
+    assert stats.num_prompt_tokens == 3 * greedy.num_prompt_tokens + len(ref["token_prompt"])
+    assert stats.generate_seconds > 0
+    assert info.backend == "openai" and info.max_model_len == MAX_MODEL_LEN
+
+
+@pytest.mark.server
+def test_stop_strings_length_and_token_prompt(served):
+    base_url, _, ref, tokenizer = served
+    ref_ids = ref["greedy"].completion.token_ids
+    ref_text = ref["greedy"].completion.text
+    # A stop string the greedy continuation is known to produce: its second token.
+    stop = tokenizer.decode([ref_ids[1]])
+    assert stop and stop in ref_text
+    before = ref_text[: ref_text.index(stop)]
+
+    async def go():
+        async with OpenAIEngine(base_url, SERVED_NAME) as engine:
+            return await engine.generate(
+                [
+                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS, stop=(stop,))),
+                    GenerationRequest(
+                        PROMPT,
+                        SamplingSpec(max_tokens=MAX_TOKENS, stop=(stop,), include_stop_str=True),
+                    ),
+                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=3)),
+                    GenerationRequest(ref["token_prompt"], SamplingSpec(max_tokens=3, logprobs=0)),
+                    GenerationRequest(
+                        PROMPT, SamplingSpec(max_tokens=3, temperature=1.0, seed=1, n=2)
+                    ),
+                ]
+            )
+
+    stopped, stopped_incl, short, tokens, sampled = _run(go())
+    assert stopped.completion.finish_reason == FinishReason.STOP
+    assert stopped.completion.stop_string == stop
+    assert stopped.completion.text == before
+    assert stopped_incl.completion.text == before + stop
+    assert stopped_incl.completion.stop_string == stop
+
+    assert short.completion.finish_reason == FinishReason.LENGTH
+    assert short.completion.token_ids == ref_ids[:3]
+    assert short.completion.stop_string is None
+
+    assert tokens.completion.token_ids == ref["tokens"].completion.token_ids[:3]
+    for entry in tokens.completion.logprobs:  # logprobs=0: the sampled token only
+        [(top_id, _, top_lp)] = entry.top
+        assert (top_id, top_lp) == (entry.token_id, entry.logprob)
+        # Here every sampled text is the token alone: vLLM reports "" for a partial
+        # UTF-8 token in top and falls back to the token decoded alone.
+        assert entry.token == tokenizer.decode([entry.token_id])
+
+    assert len(sampled.completions) == 2
+    assert all(c.num_output_tokens == 3 for c in sampled.completions)
+
+
+@pytest.mark.server
+def test_tokenizer_endpoints_match_local_tokenizer(served):
+    base_url, model_path, _, tokenizer = served
+    remote = OpenAIEngine(base_url, SERVED_NAME)
+    local = OpenAIEngine(base_url, SERVED_NAME, tokenizer=str(model_path))
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Natalia sold 48 clips. How many in May?"},
+        {"role": "assistant", "content": "Score:"},
+    ]
+    try:
+        for text in ("Step 1: 48 / 2 = 24.", "<|im_start|>user\nhi<|im_end|>", " \\boxed{10}\n"):
+            expected = len(tokenizer.encode(text, add_special_tokens=False))
+            assert remote.count_tokens(text) == expected == local.count_tokens(text)
+        for kwargs in ({}, {"continue_final_message": True}, {"add_generation_prompt": False}):
+            messages = conversation if kwargs.get("continue_final_message") else conversation[:2]
+            expected = tokenizer.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=kwargs.get("add_generation_prompt", True)
+                and not kwargs.get("continue_final_message", False),
+                continue_final_message=kwargs.get("continue_final_message", False),
+            )
+            assert remote.apply_chat_template(messages, **kwargs) == expected
+            assert local.apply_chat_template(messages, **kwargs) == expected
+        assert remote.apply_chat_template(conversation, continue_final_message=True).endswith(
+            "<|im_start|>assistant\nScore:"
+        )
+    finally:
+        _run(remote.close())
+        _run(local.close())
+
+
+@pytest.mark.server
+def test_unknown_model_lists_served_names(served):
+    base_url, _, _, _ = served
+
+    async def go():
+        async with OpenAIEngine(base_url, "tinyy"):
+            pass
+
+    with pytest.raises(EngineError) as e:
+        _run(go())
+    assert "'tinyy' is not served" in str(e.value) and "['tiny']" in str(e.value)
+    assert "Closest match: 'tiny'" in str(e.value)
+    # The synchronous path (no start()) names the served models too.
+    with pytest.raises(EngineError, match=r"'tinyy' is not served.*\['tiny'\]"):
+        OpenAIEngine(base_url, "tinyy").count_tokens("hi")
+
+
+@pytest.mark.server
+def test_over_long_prompt_carries_server_message(served):
+    base_url, _, _, _ = served
+    long_text = "Step 1: 48 / 2 = 24. " * 200  # far more than 1024 tokens
+
+    async def go():
+        async with OpenAIEngine(base_url, SERVED_NAME) as engine:
+            await engine.generate([GenerationRequest(long_text, SamplingSpec(max_tokens=2))])
+
+    with pytest.raises(EngineError) as e:
+        _run(go())
+    msg = str(e.value)
+    assert "HTTP 400" in msg and "maximum context length is 1024 tokens" in msg
+    assert "shorten" in msg
+
+    # A token prompt that does not fit is refused before it is sent, as in-process.
+    async def go_tokens():
+        async with OpenAIEngine(base_url, SERVED_NAME) as engine:
+            await engine.generate([GenerationRequest([5] * 1100)])
+
+    with pytest.raises(EngineError, match="1100 tokens but max_model_len is 1024"):
+        _run(go_tokens())
