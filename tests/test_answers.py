@@ -1,6 +1,7 @@
 import pytest
 
-from workflows.answers import extract_answer, gsm8k_reference, last_boxed
+from orchestrator.steps import last_boxed
+from workflows.answers import extract_answer, gsm8k_reference
 
 
 @pytest.mark.parametrize(
@@ -10,6 +11,7 @@ from workflows.answers import extract_answer, gsm8k_reference, last_boxed
         ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),  # last box, nested braces
         ("no box here", None),
         ("\\boxed{unclosed", None),
+        ("\\boxed{1} then \\boxed{unclosed", "1"),
     ],
 )
 def test_last_boxed(text, expected):

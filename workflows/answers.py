@@ -4,24 +4,9 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.steps import last_boxed
+
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``, nested braces handled."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i = start + len("\\boxed{")
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j].strip()
-    return None
 
 
 def normalize_number(s: str) -> str | None:

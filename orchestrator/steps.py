@@ -1,0 +1,91 @@
+"""Reasoning steps: where one ends, and where the final answer is.
+
+A reasoning trace is a sequence of steps. A step ends at the step delimiter
+(default a blank line, ``"\\n\\n"``), except inside a fenced code block, where a
+blank line is part of the code. The final answer is the content of the last
+``\\boxed{...}`` (nested braces allowed) or what follows "The answer is".
+
+Pure text functions: no engine, no model library.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CODE_FENCE = "```"
+DEFAULT_ANSWER_PATTERNS = (r"[Tt]he (?:final )?answer is:?\s*\$?(?P<answer>-?[\d,]*\.?\d+)",)
+
+
+@dataclass(frozen=True)
+class StepRules:
+    """How text is cut into steps and where the answer is found."""
+
+    delimiter: str = "\n\n"
+    # Regexes tried after \boxed{}; each must have a named group "answer".
+    answer_patterns: tuple[str, ...] = DEFAULT_ANSWER_PATTERNS
+
+    def __post_init__(self) -> None:
+        if not self.delimiter:
+            raise ValueError("the step delimiter must be a non-empty string, e.g. '\\n\\n'")
+        for p in self.answer_patterns:
+            try:
+                compiled = re.compile(p)
+            except re.error as e:
+                raise ValueError(f"answer pattern {p!r} is not a valid regex: {e}") from e
+            if "answer" not in compiled.groupindex:
+                raise ValueError(f"answer pattern {p!r} needs a named group (?P<answer>...)")
+
+
+def inside_code_block(text: str) -> bool:
+    """True when ``text`` ends inside an open ``` fenced code block."""
+    return text.count(CODE_FENCE) % 2 == 1
+
+
+def split_steps(text: str, delimiter: str = "\n\n") -> list[str]:
+    """Cut ``text`` into steps at ``delimiter``, never inside a fenced code block.
+
+    Steps keep their own text without the delimiter; empty pieces (several
+    delimiters in a row) are dropped. ``"".join`` with the delimiter gives back
+    the text up to such runs.
+    """
+    steps: list[str] = []
+    current = ""
+    for piece in text.split(delimiter):
+        current = piece if not current else current + delimiter + piece
+        if not inside_code_block(current):
+            if current.strip():
+                steps.append(current)
+            current = ""
+    if current.strip():
+        steps.append(current)  # an unterminated code block ends the last step
+    return steps
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``, nested braces handled; None if none is closed."""
+    start = text.rfind("\\boxed{")
+    while start >= 0:
+        i = start + len("\\boxed{")
+        depth = 1
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[i:j].strip()
+        start = text.rfind("\\boxed{", 0, start)  # unclosed: try an earlier one
+    return None
+
+
+def find_answer(text: str, rules: StepRules = StepRules()) -> str | None:
+    """The final answer in ``text``: the last boxed value, else the last pattern match."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    for pattern in rules.answer_patterns:
+        matches = list(re.finditer(pattern, text))
+        if matches:
+            return matches[-1].group("answer").strip()
+    return None
