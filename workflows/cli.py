@@ -163,7 +163,8 @@ def solve(
         table.add_row("mean acceptance length", f"{sd.mean_acceptance_length:.2f} tokens per target pass")
         table.add_row("acceptance by position", ", ".join(f"{r:.2f}" for r in sd.acceptance_rate_per_pos))
     if result.stats.peak_rss_bytes:
-        table.add_row("engine peak memory", f"{result.stats.peak_rss_bytes / 2**30:.2f} GiB")
+        now = f"{result.stats.rss_bytes / 2**30:.2f} GiB resident, " if result.stats.rss_bytes else ""
+        table.add_row("engine memory", f"{now}{result.stats.peak_rss_bytes / 2**30:.2f} GiB peak (loading)")
     console.print(table)
 
 
