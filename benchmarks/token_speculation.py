@@ -30,7 +30,8 @@ from engine.speculation import speculative_config, suffix_available  # noqa: E40
 from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
 from engine.vllm_backend import VLLMEngine  # noqa: E402
 from workflows.datasets import load_problems  # noqa: E402
-from workflows.solve import SYSTEM_PROMPT, build_prompt  # noqa: E402
+from orchestrator.prompts import reasoning_messages  # noqa: E402
+from workflows.solve import build_prompt  # noqa: E402
 
 GiB = 2**30
 
@@ -90,8 +91,7 @@ async def judge_cost(target: str, question: str, reasoning_tokens: int):
             # question and reasoning so far, then the judge turn with "Score:" pre-filled
             return engine.apply_chat_template(
                 [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": q},
+                    *reasoning_messages(q),
                     {"role": "assistant", "content": reasoning},
                     {"role": "user", "content": "Rate the last step from 0 (wrong) to 9 (certainly right)."},
                     {"role": "assistant", "content": "Score:"},

@@ -12,6 +12,8 @@ from engine.models import BUNDLED_DRAFT, BUNDLED_EMBEDDING, BUNDLED_TARGET, is_p
 from engine.speculation import speculative_config
 from engine.types import FinishReason, GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
+from judges.base import StepCandidate
+from judges.score import ScoreJudge
 from workflows.datasets import load_problems
 from workflows.solve import build_prompt
 
@@ -51,14 +53,10 @@ def reference(pair, question, runner):
     try:
         prompt = build_prompt(engine, question)
         (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
-        judge_prompt = engine.apply_chat_template(
-            [
-                {"role": "user", "content": "Rate this step from 0 to 9: '16 - 3 - 4 = 9 eggs are left.'"},
-                {"role": "assistant", "content": "Score:"},
-            ],
-            continue_final_message=True,
-        )
-        (dist,) = runner.run(engine.next_token_logprobs([judge_prompt], top_k=20))
+        judge = ScoreJudge(engine)
+        steps = ("Janet's ducks lay 16 eggs per day.", "She eats 3 and bakes with 4, so 16 - 3 - 4 = 9 eggs are left.")
+        (dist,) = runner.run(engine.next_token_logprobs([judge.prompt(StepCandidate(question, steps[:1], steps[1]))]))
+        (verdict,) = runner.run(judge.judge([StepCandidate(question, steps[:1], steps[1])]))
         (short,) = runner.run(
             engine.generate(
                 [GenerationRequest(
@@ -69,7 +67,8 @@ def reference(pair, question, runner):
         )
     finally:
         runner.run(engine.close())
-    return {"prompt": prompt, "ids": r.completion.token_ids, "text": r.completion.text, "judge": dist, "short": short}
+    return {"prompt": prompt, "ids": r.completion.token_ids, "text": r.completion.text, "judge": dist,
+            "verdict": verdict, "short": short}
 
 
 def test_target_alone_generates_judges_and_stops(reference):
@@ -78,6 +77,8 @@ def test_target_alone_generates_judges_and_stops(reference):
     # a one-token judge reads digit tokens after a pre-filled "Score:" turn
     digits = {t for t in reference["judge"].by_text() if t.isdigit() and len(t) == 1}
     assert len(digits) >= 3, reference["judge"].top
+    # the score judge reads them: a correct step scores on the 0-9 scale
+    assert reference["verdict"].score is not None and 0 <= reference["verdict"].score <= 9
     short = reference["short"].completion
     assert short.finish_reason is FinishReason.EOS and "5" in short.text
 

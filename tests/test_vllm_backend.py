@@ -170,3 +170,25 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(tmp_path, runner):
     engine = tiny_engine(tmp_path)
     with pytest.raises(EngineError, match="could not start vLLM"):
         runner.run(engine.start())
+
+
+def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runner):
+    from judges.base import StepCandidate
+    from judges.score import ScoreJudge
+
+    judge = ScoreJudge(base, threshold=5)
+    question = "Natalia sold 48 clips in April and half as many in May. How many in all?"
+    steps = ("In May she sold 48 / 2 = 24 clips.",) * 3
+    first = StepCandidate(question, steps, "So she sold 48 + 24 = 72 clips.")
+    second = StepCandidate(question, steps, "So she sold 48 + 24 = 73 clips.")
+    (v1,) = runner.run(judge.judge([first]))
+    before = base.stats()
+    (v2,) = runner.run(judge.judge([second]))
+    after = base.stats()
+    for v in (v1, v2):
+        assert v.judge == "score" and v.num_judge_calls == 1
+        assert v.score is None or 0 <= v.score <= 9
+        assert v.accept == (v.score is not None and v.score >= 5)
+    assert judge.prompt(first).endswith("Score:")
+    # the second judgement shares the question and earlier steps with the first
+    assert after.num_cached_prompt_tokens - before.num_cached_prompt_tokens >= 16

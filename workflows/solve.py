@@ -14,8 +14,8 @@ from engine.models import resolve_model
 from engine.speculation import speculative_config
 from engine.stats import EngineStats
 from engine.types import GenerationRequest, SamplingSpec
+from orchestrator.prompts import reasoning_messages
 
-SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,7 @@ class SolveResult:
 
 
 def build_prompt(engine, question: str) -> str:
-    return engine.apply_chat_template(
-        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-    )
+    return engine.apply_chat_template(reasoning_messages(question))
 
 
 async def solve(

@@ -1,0 +1,88 @@
+"""A scripted engine for control-flow tests: the Engine protocol with no model.
+
+Features are proven on real vLLM elsewhere; this only lets tests choose what a
+model "says" and see what it was asked.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from engine.stats import EngineStats
+from engine.types import (
+    Completion,
+    EngineInfo,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    NextTokenDistribution,
+    Prompt,
+)
+
+
+class ScriptedEngine:
+    """``next_token`` maps a prompt to [(token_text, logprob), ...];
+    ``continuation`` maps a prompt to the text generated."""
+
+    def __init__(
+        self,
+        name: str = "scripted",
+        next_token: Callable[[str], Sequence[tuple[str, float]]] | None = None,
+        continuation: Callable[[str], str] | None = None,
+    ) -> None:
+        self.name = name
+        self._next_token = next_token or (lambda prompt: [("0", 0.0)])
+        self._continuation = continuation or (lambda prompt: "")
+        self.prompts: list[str] = []
+        self.num_calls = 0
+        self._stats = EngineStats()
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo(name=self.name, backend="scripted", model=self.name)
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.num_calls += 1
+        results = []
+        for r in requests:
+            self.prompts.append(str(r.prompt))
+            text = self._continuation(str(r.prompt))
+            reason = FinishReason.EOS
+            for s in r.sampling.stop:
+                if s in text:
+                    text, reason = text[: text.index(s)], FinishReason.STOP
+                    break
+            words = text.split()
+            if len(words) > r.sampling.max_tokens:
+                text, reason = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH
+            ids = tuple(range(len(text.split())))
+            completion = Completion(text=text, token_ids=ids, finish_reason=reason)
+            results.append(GenerationResult((completion,) * r.sampling.n, self.count_tokens(str(r.prompt))))
+        return results
+
+    async def next_token_logprobs(self, prompts: Sequence[Prompt], top_k: int = 20) -> list[NextTokenDistribution]:
+        self.num_calls += 1
+        out = []
+        for p in prompts:
+            self.prompts.append(str(p))
+            entries = sorted(self._next_token(str(p)), key=lambda e: -e[1])[:top_k]
+            out.append(NextTokenDistribution(tuple((i, t, lp) for i, (t, lp) in enumerate(entries)),
+                                             self.count_tokens(str(p))))
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                            continue_final_message: bool = False) -> str:
+        parts = [f"<|{m['role']}|>{m['content']}" for m in messages]
+        text = "\n".join(parts)
+        if continue_final_message:
+            return text
+        return text + ("\n<|assistant|>" if add_generation_prompt else "")
+
+    def stats(self) -> EngineStats:
+        return self._stats.snapshot()
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,134 @@
+"""Each judge on fixed step pairs (equal, paraphrased, numerically different), and the cascade.
+
+Model-asking judges run here over a scripted engine (what the model "answers"
+is chosen by the test); the score judge runs on real vLLM in test_vllm_backend.
+The embedding judge uses the real bundled MiniLM.
+"""
+
+import asyncio
+
+import pytest
+
+from engine.protocol import Engine
+from fake_engine import ScriptedEngine
+from judges.base import Judge, JudgeError, StepCandidate
+from judges.cascade import CascadeJudge
+from judges.embedding import EmbeddingJudge
+from judges.equivalence import LLMEquivalenceJudge, p_yes
+from judges.exact import ExactJudge, normalize_step, numbers_in
+from judges.registry import make_judge
+from judges.score import ScoreJudge
+
+Q = "Janet's ducks lay 16 eggs per day. She eats three. How many are left?"
+STEP = "Janet eats 3 eggs, so 16 - 3 = 13 eggs remain."
+EQUAL = StepCandidate(Q, (), STEP, "janet eats 3 eggs,  so 16 - 3 = 13 eggs remain")
+PARAPHRASE = StepCandidate(Q, (), STEP, "After eating 3 for breakfast, 13 of the 16 eggs are left.")
+NUMBER_CHANGED = StepCandidate(Q, (), STEP, "Janet eats 3 eggs, so 16 - 3 = 12 eggs remain.")
+UNRELATED = StepCandidate(Q, (), STEP, "The train travels 60 miles per hour.")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_normalization_and_numbers():
+    assert normalize_step("  Sixteen\n\tEggs. ") == "sixteen eggs"
+    assert numbers_in("1,200 eggs at $2.50 then 3.") == ["1200", "2.5", "3"]
+
+
+def test_exact_judge():
+    j = ExactJudge()
+    assert isinstance(j, Judge)
+    eq, para = run(j.judge([EQUAL, PARAPHRASE]))
+    assert (eq.accept, eq.confident) == (True, True)
+    assert (para.accept, para.confident) == (False, False)  # a cascade escalates it
+    with pytest.raises(JudgeError, match="no target_step"):
+        run(j.judge([StepCandidate(Q, (), STEP)]))
+
+
+@pytest.fixture(scope="module")
+def embedding_judge():
+    return EmbeddingJudge()
+
+
+def test_embedding_judge_on_fixed_pairs(embedding_judge):
+    eq, para, num, unrelated = run(embedding_judge.judge([EQUAL, PARAPHRASE, NUMBER_CHANGED, UNRELATED]))
+    assert eq.accept and eq.confident and eq.score > 0.99
+    assert not para.confident and 0.5 < para.score < 0.85  # a paraphrase: escalate
+    # near-identical text, different arithmetic: similarity is high, yet never accepted
+    assert num.score > 0.9 and not num.accept and not num.confident
+    assert not unrelated.accept and unrelated.confident and unrelated.score < 0.5
+    with pytest.raises(JudgeError, match="reject_threshold"):
+        EmbeddingJudge(accept_threshold=0.4, reject_threshold=0.6)
+
+
+def scoring_engine(scores: dict[str, list[tuple[str, float]]]) -> ScriptedEngine:
+    """Answers a score prompt by the first key found in it."""
+
+    def next_token(prompt: str):
+        for key, dist in scores.items():
+            if key in prompt:
+                return dist
+        return [("The", -0.1)]
+
+    return ScriptedEngine(next_token=next_token)
+
+
+def test_score_judge_reads_digits_and_applies_the_threshold():
+    engine = scoring_engine({"GOOD": [("8", -0.1), ("9", -2.5)], "BAD": [("2", -0.2), ("3", -1.0)]})
+    assert isinstance(engine, Engine)
+    judge = ScoreJudge(engine, threshold=7)
+    good = StepCandidate(Q, ("First step.",), "GOOD step")
+    bad = StepCandidate(Q, ("First step.",), "BAD step")
+    silent = StepCandidate(Q, (), "no digits come back")
+    vg, vb, vs = run(judge.judge([good, bad, silent]))
+    assert vg.accept and 8 < vg.score < 8.2 and vg.num_judge_calls == 1
+    assert not vb.accept and 2 < vb.score < 3
+    assert not vs.accept and vs.score is None
+    assert engine.num_calls == 1  # one batched call for all three
+    prompt = engine.prompts[0]
+    assert prompt.endswith("Score:") and "First step.\n\nGOOD step" in prompt and Q in prompt
+    argmax = run(ScoreJudge(engine, threshold=8, method="argmax").judge([good]))[0]
+    assert argmax.score == 8.0 and argmax.accept
+    with pytest.raises(JudgeError, match="threshold"):
+        ScoreJudge(engine, threshold=12)
+
+
+def test_llm_equivalence_judge():
+    engine = ScriptedEngine(next_token=lambda p: [(" yes", -0.1), ("No", -2.3)] if "13 of the 16" in p
+                            else [("no", -0.05), ("yes", -3.0)])
+    judge = LLMEquivalenceJudge(engine)
+    para, num = run(judge.judge([PARAPHRASE, NUMBER_CHANGED]))
+    assert para.accept and para.score > 0.85
+    assert not num.accept and num.score < 0.1
+    assert engine.prompts[0].endswith("Answer:")
+    assert p_yes(engine_dist := run(engine.next_token_logprobs(["x"]))[0]) is not None and engine_dist
+    with pytest.raises(JudgeError, match="must contain"):
+        LLMEquivalenceJudge(engine, template="no fields")
+
+
+def test_cascade_escalates_only_the_undecided(embedding_judge):
+    engine = scoring_engine({"12 eggs": [("8", -0.1)], "13 eggs": [("3", -0.1)]})
+    score = ScoreJudge(engine, threshold=7)
+    cascade = CascadeJudge([ExactJudge(), embedding_judge, score])
+    eq, unrelated, num = run(cascade.judge([EQUAL, UNRELATED, NUMBER_CHANGED]))
+    assert (eq.judge, eq.accept) == ("exact", True)
+    assert (unrelated.judge, unrelated.accept) == ("embedding", False)
+    assert num.judge == "score" and num.num_judge_calls == 1
+    assert cascade.num_decided_by == {"exact": 1, "embedding": 1, "score": 1}
+    assert len(engine.prompts) == 1  # the target was asked about the one undecided step only
+    assert cascade.needs_target_step
+
+
+def test_registry():
+    engine = ScriptedEngine()
+    assert isinstance(make_judge("exact"), ExactJudge)
+    assert isinstance(make_judge("score", engine=engine, threshold=6), ScoreJudge)
+    cascade = make_judge("cascade", engine=engine, rungs=("exact", "score"), score={"threshold": 5})
+    assert [r.name for r in cascade.rungs] == ["exact", "score"] and cascade.rungs[1].threshold == 5
+    with pytest.raises(JudgeError, match="unknown judge 'scor'. Did you mean 'score'"):
+        make_judge("scor")
+    with pytest.raises(JudgeError, match="give it an engine"):
+        make_judge("score")
+    with pytest.raises(JudgeError, match="bad option"):
+        make_judge("exact", threshold=3)
