@@ -38,8 +38,14 @@ def build_tiny_model(
     vocab_size: int = 512,
     hidden_size: int = 128,
     num_layers: int = 2,
+    weight_std: float | None = 0.05,
+    tie_word_embeddings: bool = True,
 ) -> Path:
-    """Write a random Qwen2ForCausalLM with a trained tokenizer to ``out_dir``."""
+    """Write a random Qwen2ForCausalLM with a trained tokenizer to ``out_dir``.
+
+    Models built with the same ``vocab_size`` share the tokenizer (trained
+    deterministically), so two seeds make a draft/target pair.
+    """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -75,7 +81,7 @@ def build_tiny_model(
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
         bos_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
         torch_dtype="float32",

@@ -1,0 +1,83 @@
+"""Generate one reasoning step per prompt, batched, with any engine.
+
+A step ends at the delimiter (vLLM stop string), at the end of the answer (EOS
+or a closed ``\\boxed{}``), or at the per-step token cap. A delimiter inside an
+open fenced code block does not end the step: generation goes on from there.
+A step cut by the cap is returned with ``complete=False``; the next step then
+continues it directly (see :func:`orchestrator.trace.join_steps`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from engine.protocol import Engine
+from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from orchestrator.prompts import reasoning_messages
+from orchestrator.steps import StepRules, inside_code_block, last_boxed
+from orchestrator.trace import StepRecord, join_steps
+
+
+@dataclass(frozen=True)
+class GeneratedStep:
+    text: str
+    num_tokens: int
+    complete: bool  # ended at the delimiter or the end of the answer, not at the cap
+    ends_trace: bool  # EOS, or a final boxed answer was written
+    seconds: float
+
+
+def step_prompt(engine: Engine, question: str, steps: Sequence[StepRecord], delimiter: str) -> str:
+    """The prompt that makes ``engine`` write the next step after ``steps``."""
+    prompt = engine.apply_chat_template(reasoning_messages(question)) + join_steps(steps, delimiter)
+    if steps and steps[-1].complete:
+        prompt += delimiter
+    return prompt
+
+
+async def generate_steps(
+    engine: Engine,
+    prompts: Sequence[str],
+    rules: StepRules,
+    max_step_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> list[GeneratedStep]:
+    """One step for each prompt, in one batched call (more only for code blocks)."""
+    t0 = time.perf_counter()
+    texts = [""] * len(prompts)
+    num_tokens = [0] * len(prompts)
+    done: list[GeneratedStep | None] = [None] * len(prompts)
+    pending = list(range(len(prompts)))
+    while pending:
+        requests = [
+            GenerationRequest(
+                prompts[i] + texts[i],
+                SamplingSpec(max_tokens=max_step_tokens - num_tokens[i], temperature=temperature,
+                             seed=seed, stop=(rules.delimiter,)),
+            )
+            for i in pending
+        ]
+        results = await engine.generate(requests)
+        still = []
+        for i, r in zip(pending, results):
+            c = r.completion
+            texts[i] += c.text
+            num_tokens[i] += c.num_output_tokens
+            boxed = last_boxed(texts[i]) is not None
+            if c.finish_reason is FinishReason.STOP and inside_code_block(texts[i]) and num_tokens[i] < max_step_tokens:
+                texts[i] += rules.delimiter  # a blank line inside code: the step goes on
+                still.append(i)
+                continue
+            done[i] = GeneratedStep(
+                text=texts[i],
+                num_tokens=num_tokens[i],
+                complete=c.finish_reason is not FinishReason.LENGTH or boxed,
+                ends_trace=c.finish_reason is FinishReason.EOS or boxed,
+                seconds=0.0,
+            )
+        pending = still
+    seconds = time.perf_counter() - t0
+    return [GeneratedStep(s.text, s.num_tokens, s.complete, s.ends_trace, seconds) for s in done]

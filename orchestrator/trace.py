@@ -1,0 +1,103 @@
+"""Traces: what happened at every reasoning step, and the run's totals.
+
+Step level only: a *step* is a piece of reasoning between delimiters; *tokens*
+are counted per engine. Token-level speculation counters (vLLM's) are kept
+apart, under ``spec_decoding``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of the final trace and how it got there.
+
+    ``author`` is "draft" (a drafted step that was accepted) or "target" (the
+    target wrote it: baseline, first steps, or a regeneration after rejection).
+    """
+
+    index: int
+    author: str
+    text: str
+    draft_text: str | None = None  # the drafted step that was judged (None: none drafted)
+    accepted: bool | None = None  # the judge's verdict on the draft (None: not judged)
+    score: float | None = None
+    judge: str | None = None  # which judge (or cascade rung) decided
+    num_draft_tokens: int = 0  # tokens the draft model wrote for this step
+    num_target_tokens: int = 0  # tokens the target wrote for this step
+    complete: bool = True  # False: cut by the per-step token cap
+    draft_seconds: float = 0.0
+    judge_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of this step's final text: the draft's if it was kept, else the target's."""
+        return self.num_draft_tokens if self.author == "draft" else self.num_target_tokens
+
+
+@dataclass(frozen=True)
+class Trace:
+    question: str
+    strategy: str
+    steps: tuple[StepRecord, ...]
+    answer: str | None
+    stop_reason: str  # "answer", "eos", "max_steps", "max_tokens", "timeout", "repetition", "error"
+    seconds: float
+    spec_decoding: dict[str, Any] = field(default_factory=dict)  # per engine, vLLM counters
+    error: str | None = None
+    delimiter: str = "\n\n"
+
+    @property
+    def text(self) -> str:
+        return join_steps(self.steps, self.delimiter)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of the trace's own text (accepted drafts plus target-written steps)."""
+        return sum(s.num_tokens for s in self.steps)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return sum(s.num_draft_tokens for s in self.steps)
+
+    @property
+    def num_target_tokens(self) -> int:
+        return sum(s.num_target_tokens for s in self.steps)
+
+    @property
+    def num_drafted_steps(self) -> int:
+        return sum(1 for s in self.steps if s.draft_text is not None)
+
+    @property
+    def num_accepted_steps(self) -> int:
+        return sum(1 for s in self.steps if s.accepted)
+
+    @property
+    def step_acceptance_rate(self) -> float | None:
+        n = self.num_drafted_steps
+        return self.num_accepted_steps / n if n else None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        data = json.loads(text)
+        data["steps"] = tuple(StepRecord(**s) for s in data["steps"])
+        return cls(**data)
+
+
+def join_steps(steps, delimiter: str = "\n\n") -> str:
+    """The trace text: complete steps joined by the delimiter; a step cut by the
+    token cap runs straight on into the next piece."""
+    out = ""
+    for i, s in enumerate(steps):
+        out += s.text
+        if i < len(steps) - 1 and s.complete:
+            out += delimiter
+    return out

@@ -1,0 +1,169 @@
+"""Step-level strategies: control flow over a scripted engine, invariants on real vLLM."""
+
+import asyncio
+
+import pytest
+
+from conftest import tiny_engine
+from engine.protocol import EngineError
+from fake_engine import ScriptedEngine
+from judges.base import JudgeError, StepCandidate, Verdict
+from judges.exact import ExactJudge
+from orchestrator.baseline import draft_only, target_only
+from orchestrator.run import Budget, ReasoningError
+from orchestrator.specreason import specreason
+from orchestrator.steps import StepRules
+from orchestrator.trace import Trace
+
+
+class FixedJudge:
+    """Accepts (or rejects) every step: the two ends of any judge's behaviour."""
+
+    needs_target_step = False
+
+    def __init__(self, accept: bool):
+        self.accept = accept
+        self.name = "accept-all" if accept else "reject-all"
+        self.seen: list[StepCandidate] = []
+
+    async def judge(self, candidates):
+        self.seen.extend(candidates)
+        return [Verdict(self.name, self.accept, score=9.0 if self.accept else 0.0) for _ in candidates]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def script(*steps: str):
+    """An engine that writes steps[n] when the prompt already holds n steps."""
+
+    def continuation(prompt: str) -> str:
+        n = prompt.split("<|assistant|>")[-1].count("\n\n")
+        return steps[min(n, len(steps) - 1)]
+
+    return ScriptedEngine(continuation=continuation)
+
+
+Q = "Janet's ducks lay 16 eggs. She eats 3 and bakes with 4. She sells the rest at $2. How much?"
+TARGET_STEPS = ("16 - 3 - 4 = 9 eggs are left.\n\n", "9 * 2 = 18.\n\n", "The answer is \\boxed{18}.")
+DRAFT_STEPS = ("16 - 3 = 13 eggs.\n\n", "13 - 4 = 9 eggs.\n\n", "So she makes \\boxed{18}.")
+
+
+def test_baselines_cut_steps_and_stop_at_the_answer():
+    trace = run(target_only(Q, target=script(*TARGET_STEPS)))
+    assert [s.text for s in trace.steps] == ["16 - 3 - 4 = 9 eggs are left.", "9 * 2 = 18.",
+                                             "The answer is \\boxed{18}."]
+    assert trace.answer == "18" and trace.stop_reason == "answer"
+    assert all(s.author == "target" for s in trace.steps) and trace.num_draft_tokens == 0
+    assert trace.text == "16 - 3 - 4 = 9 eggs are left.\n\n9 * 2 = 18.\n\nThe answer is \\boxed{18}."
+
+
+def test_specreason_keeps_accepted_drafts_and_regenerates_rejected_ones():
+    class SecondStepBad(FixedJudge):
+        async def judge(self, candidates):
+            self.seen.extend(candidates)
+            return [Verdict("custom", "13 - 4" not in c.draft_step) for c in candidates]
+
+    judge = SecondStepBad(True)
+    target = script(*TARGET_STEPS)
+    trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=target, judge=judge))
+    assert [s.author for s in trace.steps] == ["draft", "target", "draft"]
+    assert trace.steps[1].draft_text == "13 - 4 = 9 eggs." and trace.steps[1].accepted is False
+    assert judge.seen[1].previous_steps == ("16 - 3 = 13 eggs.",)
+    assert trace.num_drafted_steps == 3 and trace.num_accepted_steps == 2
+    assert trace.step_acceptance_rate == pytest.approx(2 / 3)
+    assert trace.answer == "18"
+
+
+def test_first_steps_by_the_target_and_budgets():
+    judge = FixedJudge(True)
+    trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=judge,
+                           first_target_steps=1))
+    assert trace.steps[0].author == "target" and trace.steps[0].draft_text is None
+    assert len(judge.seen) == len(trace.steps) - 1
+    endless = ScriptedEngine(continuation=lambda p: f"step {p.count('step')}\n\n")
+    capped = run(target_only(Q, target=endless, budget=Budget(max_steps=3)))
+    assert capped.stop_reason == "max_steps" and len(capped.steps) == 3 and capped.answer is None
+
+
+def test_repetition_guard_stops_a_loop():
+    trace = run(target_only(Q, target=ScriptedEngine(continuation=lambda p: "Let me check.\n\n")))
+    assert trace.stop_reason == "repetition" and len(trace.steps) == 2
+
+
+def test_blank_line_inside_code_does_not_end_a_step():
+    pieces = iter(["```python\nx = 16 - 3 - 4", "print(x * 2)\n```", "\\boxed{18}"])
+    engine = ScriptedEngine(continuation=lambda p: next(pieces) + "\n\n")
+    trace = run(target_only(Q, target=engine))
+    assert trace.steps[0].text == "```python\nx = 16 - 3 - 4\n\nprint(x * 2)\n```"
+    assert trace.answer == "18"
+
+
+def test_bad_input_and_a_dying_engine_keep_the_trace():
+    with pytest.raises(ValueError, match="question is empty"):
+        run(target_only("  ", target=script(*TARGET_STEPS)))
+    with pytest.raises(JudgeError, match="specreason cannot use judge 'exact'"):
+        run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=ExactJudge()))
+    calls = {"n": 0}
+
+    def dies(prompt):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise EngineError("engine 'target': vLLM engine core died")
+        return TARGET_STEPS[calls["n"] - 1]
+
+    with pytest.raises(ReasoningError) as e:
+        run(target_only(Q, target=ScriptedEngine(continuation=dies)))
+    assert "engine core died" in str(e.value)
+    assert e.value.trace.stop_reason == "error" and len(e.value.trace.steps) == 2
+
+
+def test_trace_json_round_trip():
+    trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(False)))
+    again = Trace.from_json(trace.to_json())
+    assert again == trace and again.text == trace.text
+
+
+# -- invariants on real vLLM (tiny random models, different seeds, one tokenizer) -------
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, runner):
+    from tiny_models import build_tiny_model
+
+    paths = [build_tiny_model(tmp_path_factory.mktemp(f"pair{seed}"), seed=seed, weight_std=0.5,
+                              tie_word_embeddings=False) for seed in (0, 1)]
+    target, draft = (tiny_engine(p, name=n) for p, n in zip(paths, ("target", "draft")))
+    runner.run(target.start())
+    runner.run(draft.start())
+    yield draft, target
+    runner.run(target.close())
+    runner.run(draft.close())
+
+
+# The tiny models write byte soup; "ge" occurs in both models' output, so steps
+# end at the delimiter or at the 8-token cap (continued by the next step).
+RULES = StepRules(delimiter="ge")
+BUDGET = Budget(max_steps=6, max_tokens=48, max_step_tokens=8)
+
+
+@pytest.mark.vllm
+def test_specreason_invariants_on_real_vllm(tiny_pair, runner):
+    draft, target = tiny_pair
+    opts = dict(rules=RULES, budget=BUDGET)
+    t_only = runner.run(target_only(Q, target=target, **opts))
+    d_only = runner.run(draft_only(Q, draft=draft, **opts))
+    assert t_only.text != d_only.text  # two models that disagree, or the invariants prove nothing
+    rejected = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(False), **opts))
+    accepted = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(True), **opts))
+    # a judge that rejects everything: exactly the target's text; accepts everything: the draft's
+    assert rejected.text == t_only.text and [s.author for s in rejected.steps] == ["target"] * len(rejected.steps)
+    assert accepted.text == d_only.text and all(s.author == "draft" for s in accepted.steps)
+    for trace in (rejected, accepted):
+        # stats add up: trace tokens = kept drafts + target-written; accepted + rejected = drafted
+        kept = sum(s.num_draft_tokens for s in trace.steps if s.accepted)
+        assert trace.num_tokens == kept + trace.num_target_tokens
+        rejected_steps = sum(1 for s in trace.steps if s.accepted is False)
+        assert trace.num_accepted_steps + rejected_steps == trace.num_drafted_steps == len(trace.steps)
+        assert set(trace.spec_decoding) == {"draft", "target"}
+    assert rejected.num_draft_tokens > 0 and accepted.num_target_tokens == 0
