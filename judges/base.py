@@ -25,6 +25,15 @@ class StepCandidate:
     previous_steps: tuple[str, ...]
     draft_step: str
     target_step: str | None = None  # the target's step at this position, when one exists
+    # The chat that opened the reasoning (system prompt, question), as the strategy
+    # sent it: a judge that continues the reasoning reuses it, so its prompt shares
+    # the prefix the target has cached. Empty: just the question as a user turn.
+    opening_messages: tuple[tuple[str, str], ...] = ()
+
+    def opening_chat(self) -> list[dict[str, str]]:
+        if self.opening_messages:
+            return [{"role": role, "content": content} for role, content in self.opening_messages]
+        return [{"role": "user", "content": self.question}]
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """``score``: the target rates the drafted step 0-9 in one token (SpecReason).
 
-The judge prompt continues the reasoning chat (system, question, the steps so
-far and the drafted step as the assistant's turn), adds the rating question and
+The judge prompt continues the reasoning chat (its opening messages as the
+strategy sent them, then the steps so far and the drafted step as the
+assistant's turn), adds the rating question and
 pre-fills ``Score:``; the target's next-token distribution is read over the
 digit tokens (:mod:`judges.digit_score`). Because the prompt starts with the
 reasoning prefix the target has just processed, most of it is served from the
@@ -18,7 +19,6 @@ from typing import Sequence
 from engine.protocol import Engine
 from judges.base import JudgeError, StepCandidate, Verdict
 from judges.digit_score import ScoreMethod, read_score
-from orchestrator.prompts import reasoning_messages
 
 DEFAULT_RUBRIC = (
     "Rate the last step of your reasoning above from 0 to 9: 0 means it is wrong or "
@@ -47,7 +47,7 @@ class ScoreJudge:
         reasoning = self.step_delimiter.join([*c.previous_steps, c.draft_step])
         return self.engine.apply_chat_template(
             [
-                *reasoning_messages(c.question),
+                *c.opening_chat(),
                 {"role": "assistant", "content": reasoning},
                 {"role": "user", "content": self.rubric},
                 {"role": "assistant", "content": "Score:"},

@@ -7,3 +7,8 @@ REASONING_SYSTEM_PROMPT = "Please reason step by step, and put your final answer
 def reasoning_messages(question: str, system_prompt: str = REASONING_SYSTEM_PROMPT) -> list[dict[str, str]]:
     """The chat that opens every reasoning trace; steps continue the assistant turn."""
     return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+def opening_messages(question: str, system_prompt: str = REASONING_SYSTEM_PROMPT) -> tuple[tuple[str, str], ...]:
+    """The same chat as (role, content) pairs, as judges receive it in a StepCandidate."""
+    return tuple((m["role"], m["content"]) for m in reasoning_messages(question, system_prompt))

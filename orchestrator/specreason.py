@@ -13,6 +13,7 @@ import time
 
 from engine.protocol import Engine, EngineError
 from judges.base import Judge, JudgeError, StepCandidate
+from orchestrator.prompts import opening_messages
 from orchestrator.run import Budget, ReasoningError, TraceRun
 from orchestrator.stepgen import generate_steps, step_prompt
 from orchestrator.steps import StepRules
@@ -39,7 +40,8 @@ async def specreason(question: str, *, draft: Engine, target: Engine, judge: Jud
                 continue
             (drafted,) = await generate_steps(draft, [step_prompt(draft, question, run.steps, d)], rules, cap)
             t0 = time.perf_counter()
-            (verdict,) = await judge.judge([StepCandidate(question, run.step_texts, drafted.text)])
+            (verdict,) = await judge.judge([StepCandidate(question, run.step_texts, drafted.text,
+                                                          opening_messages=opening_messages(question))])
             judged = dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score,
                           judge=verdict.judge, num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds,
                           judge_seconds=time.perf_counter() - t0)

@@ -14,6 +14,7 @@ from engine.types import FinishReason, GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
 from judges.base import StepCandidate
 from judges.score import ScoreJudge
+from orchestrator.prompts import opening_messages
 from workflows.datasets import load_problems
 from workflows.solve import build_prompt
 
@@ -55,8 +56,8 @@ def reference(pair, question, runner):
         (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
         judge = ScoreJudge(engine)
         steps = ("Janet's ducks lay 16 eggs per day.", "She eats 3 and bakes with 4, so 16 - 3 - 4 = 9 eggs are left.")
-        (dist,) = runner.run(engine.next_token_logprobs([judge.prompt(StepCandidate(question, steps[:1], steps[1]))]))
-        (verdict,) = runner.run(judge.judge([StepCandidate(question, steps[:1], steps[1])]))
+        (dist,) = runner.run(engine.next_token_logprobs([judge.prompt(StepCandidate(question, steps[:1], steps[1], opening_messages=opening_messages(question)))]))
+        (verdict,) = runner.run(judge.judge([StepCandidate(question, steps[:1], steps[1], opening_messages=opening_messages(question))]))
         (short,) = runner.run(
             engine.generate(
                 [GenerationRequest(

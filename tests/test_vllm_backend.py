@@ -175,12 +175,13 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(tmp_path, runner):
 def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runner):
     from judges.base import StepCandidate
     from judges.score import ScoreJudge
+    from orchestrator.prompts import opening_messages
 
     judge = ScoreJudge(base, threshold=5)
     question = "Natalia sold 48 clips in April and half as many in May. How many in all?"
     steps = ("In May she sold 48 / 2 = 24 clips.",) * 3
-    first = StepCandidate(question, steps, "So she sold 48 + 24 = 72 clips.")
-    second = StepCandidate(question, steps, "So she sold 48 + 24 = 73 clips.")
+    first = StepCandidate(question, steps, "So she sold 48 + 24 = 72 clips.", opening_messages=opening_messages(question))
+    second = StepCandidate(question, steps, "So she sold 48 + 24 = 73 clips.", opening_messages=opening_messages(question))
     (v1,) = runner.run(judge.judge([first]))
     before = base.stats()
     (v2,) = runner.run(judge.judge([second]))
