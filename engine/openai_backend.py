@@ -625,13 +625,10 @@ class OpenAIEngine:
         stop_reason = (
             choice["stop_reason"] if "stop_reason" in choice else choice.get("matched_stop")
         )
-        if reason == "length":
-            return FinishReason.LENGTH, None
-        if reason == "stop" and isinstance(stop_reason, str):
-            return FinishReason.STOP, stop_reason
-        if reason == "stop":
-            return FinishReason.EOS, None
-        raise EngineError(f"engine '{self.name}': request ended with finish_reason={reason!r}")
+        try:
+            return FinishReason.from_vllm(reason, stop_reason)
+        except ValueError as e:
+            raise EngineError(f"engine '{self.name}': {e}") from e
 
     def _token_ids(self, choice: Mapping[str, Any]) -> list[int]:
         ids = choice.get("token_ids")

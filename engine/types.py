@@ -35,6 +35,19 @@ class FinishReason(str, enum.Enum):
     def __str__(self) -> str:  # pragma: no cover - cosmetic
         return self.value
 
+    @classmethod
+    def from_vllm(cls, finish_reason: str | None, stop_reason: object) -> "tuple[FinishReason, str | None]":
+        """(reason, stop string) from vLLM's pair: ``finish_reason`` "length" or "stop",
+        and ``stop_reason`` the matched stop string (str) or the EOS/stop token (int, None).
+        Anything else (an aborted request) is a ValueError."""
+        if finish_reason == "length":
+            return cls.LENGTH, None
+        if finish_reason == "stop" and isinstance(stop_reason, str):
+            return cls.STOP, stop_reason
+        if finish_reason == "stop":
+            return cls.EOS, None
+        raise ValueError(f"request ended with finish_reason={finish_reason!r}")
+
 
 @dataclass(frozen=True)
 class SamplingSpec:

@@ -333,16 +333,10 @@ class VLLMEngine:
             raise EngineError(f"engine '{self.name}': vLLM returned no output for a request")
         completions = []
         for c in out.outputs:
-            if c.finish_reason == "length":
-                reason, stop_string = FinishReason.LENGTH, None
-            elif c.finish_reason == "stop" and isinstance(c.stop_reason, str):
-                reason, stop_string = FinishReason.STOP, c.stop_reason
-            elif c.finish_reason == "stop":
-                reason, stop_string = FinishReason.EOS, None
-            else:
-                raise EngineError(
-                    f"engine '{self.name}': request ended with finish_reason={c.finish_reason!r}"
-                )
+            try:
+                reason, stop_string = FinishReason.from_vllm(c.finish_reason, c.stop_reason)
+            except ValueError as e:
+                raise EngineError(f"engine '{self.name}': {e}") from e
             completions.append(
                 Completion(
                     text=c.text,

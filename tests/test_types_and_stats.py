@@ -67,3 +67,14 @@ def test_from_histogram_worked_example():
     assert s.num_drafts == 8 and s.num_accepted_tokens == 19
     assert s.num_accepted_tokens_per_pos == [7, 7, 5]
     assert s.mean_acceptance_length == pytest.approx(1 + 19 / 8)
+
+
+def test_finish_reason_from_vllm():
+    from engine.types import FinishReason
+
+    assert FinishReason.from_vllm("length", None) == (FinishReason.LENGTH, None)
+    assert FinishReason.from_vllm("stop", "\n\n") == (FinishReason.STOP, "\n\n")
+    assert FinishReason.from_vllm("stop", None) == (FinishReason.EOS, None)
+    assert FinishReason.from_vllm("stop", 151645) == (FinishReason.EOS, None)  # a stop token id
+    with pytest.raises(ValueError, match="finish_reason='abort'"):
+        FinishReason.from_vllm("abort", None)
