@@ -66,8 +66,19 @@ _RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.R
 _MAX_BACKOFF_S = 30.0
 
 
-def _request_spec_stats(spec: Mapping[str, Any] | None) -> SpecDecodingStats | None:
-    """vLLM's per-request ``metrics.speculative_decoding`` as :class:`SpecDecodingStats`."""
+def _model_cards(resp: httpx.Response) -> list[dict[str, Any]]:
+    """The model cards of a ``/v1/models`` answer."""
+    return resp.json().get("data") or []
+
+
+def _served_ids(resp: httpx.Response) -> list[str]:
+    return [str(c.get("id")) for c in _model_cards(resp)]
+
+
+def _request_spec_stats(body: Mapping[str, Any]) -> SpecDecodingStats | None:
+    """A completion's per-request ``metrics.speculative_decoding`` (vLLM) as
+    :class:`SpecDecodingStats`; None when the server sent none."""
+    spec = (body.get("metrics") or {}).get("speculative_decoding")
     if not spec:
         return None
     return SpecDecodingStats.from_histogram(
@@ -217,8 +228,8 @@ class OpenAIEngine:
         if self._started:
             return
         resp = await self._request("GET", "/v1/models")
-        cards = resp.json().get("data") or []
-        served = [str(c.get("id")) for c in cards]
+        cards = _model_cards(resp)
+        served = _served_ids(resp)
         if self.model not in served:
             raise self._model_not_served_error(served)
         if self.max_model_len is None:
@@ -288,27 +299,16 @@ class OpenAIEngine:
             try:
                 async with semaphore:
                     resp = await client.request(method, path, json=payload)
-            except _RETRYABLE_TRANSPORT_ERRORS as e:
-                if last:
-                    raise self._unreachable_error(path, e) from e
+            except httpx.HTTPError as e:
+                self._raise_unless_retryable(path, e, last)
                 await asyncio.sleep(self._backoff(attempt, None))
                 continue
-            except httpx.TimeoutException as e:
-                raise self._timeout_error(path, e) from e
-            except httpx.HTTPError as e:
-                raise self._transport_error(path, e) from e
-            if resp.status_code == 429 or resp.status_code >= 500:
-                if last:
-                    raise self._http_error(path, resp)
+            outcome = self._triage(path, resp, last)
+            if outcome == "retry":
                 await asyncio.sleep(self._backoff(attempt, resp))
                 continue
-            if self._is_model_missing(resp) and path != "/v1/models":
-                models = await self._request("GET", "/v1/models")
-                raise self._model_not_served_error(
-                    [str(c.get("id")) for c in models.json().get("data") or []]
-                )
-            if resp.status_code >= 400:
-                raise self._http_error(path, resp)
+            if outcome == "model-missing":
+                raise self._model_not_served_error(_served_ids(await self._request("GET", "/v1/models")))
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -319,26 +319,42 @@ class OpenAIEngine:
             last = attempt == self.max_retries
             try:
                 resp = client.request(method, path, json=payload)
-            except _RETRYABLE_TRANSPORT_ERRORS as e:
-                if last:
-                    raise self._unreachable_error(path, e) from e
+            except httpx.HTTPError as e:
+                self._raise_unless_retryable(path, e, last)
                 time.sleep(self._backoff(attempt, None))
                 continue
-            except httpx.TimeoutException as e:
-                raise self._timeout_error(path, e) from e
-            except httpx.HTTPError as e:
-                raise self._transport_error(path, e) from e
-            if resp.status_code == 429 or resp.status_code >= 500:
-                if last:
-                    raise self._http_error(path, resp)
+            outcome = self._triage(path, resp, last)
+            if outcome == "retry":
                 time.sleep(self._backoff(attempt, resp))
                 continue
-            if self._is_model_missing(resp) and path != "/v1/models":
-                raise self._model_not_served_error(self._served_models_sync())
-            if resp.status_code >= 400:
-                raise self._http_error(path, resp)
+            if outcome == "model-missing":
+                raise self._model_not_served_error(_served_ids(self._request_sync("GET", "/v1/models")))
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _raise_unless_retryable(self, path: str, e: httpx.HTTPError, last: bool) -> None:
+        """After a failed send: return to retry (connection errors, attempts left),
+        else raise the EngineError that names the problem."""
+        if isinstance(e, _RETRYABLE_TRANSPORT_ERRORS):
+            if last:
+                raise self._unreachable_error(path, e) from e
+            return
+        if isinstance(e, httpx.TimeoutException):
+            raise self._timeout_error(path, e) from e
+        raise self._transport_error(path, e) from e
+
+    def _triage(self, path: str, resp: httpx.Response, last: bool) -> str:
+        """What a response means: "ok", "retry" (429/5xx, attempts left) or
+        "model-missing"; any other error status raises its EngineError."""
+        if resp.status_code == 429 or resp.status_code >= 500:
+            if last:
+                raise self._http_error(path, resp)
+            return "retry"
+        if self._is_model_missing(resp) and path != "/v1/models":
+            return "model-missing"
+        if resp.status_code >= 400:
+            raise self._http_error(path, resp)
+        return "ok"
 
     # -- errors --------------------------------------------------------------------
 
@@ -399,10 +415,6 @@ class OpenAIEngine:
             "longer than the server's --max-model-len must be shortened; logprobs above "
             "--max-logprobs need a server started with a larger one)."
         )
-
-    def _served_models_sync(self) -> list[str]:
-        resp = self._request_sync("GET", "/v1/models")
-        return [str(c.get("id")) for c in resp.json().get("data") or []]
 
     def _model_not_served_error(self, served: list[str]) -> EngineError:
         close = difflib.get_close_matches(self.model, served, n=1, cutoff=0.0)
@@ -611,6 +623,13 @@ class OpenAIEngine:
         self._stats.observe_generation(results, seconds)
         return results
 
+    def _observe_spec_decoding(self, body: Mapping[str, Any]) -> SpecDecodingStats | None:
+        """Fold a completion's token-level speculation counters into the engine's."""
+        spec_stats = _request_spec_stats(body)
+        if spec_stats is not None:
+            self._stats.spec_decoding.observe(spec_stats)
+        return spec_stats
+
     @staticmethod
     def _usage(body: Mapping[str, Any]) -> tuple[int, int | None]:
         usage = body.get("usage") or {}
@@ -665,9 +684,7 @@ class OpenAIEngine:
     ) -> GenerationResult:
         num_prompt_tokens, num_cached = self._usage(body)
         choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
-        spec_stats = _request_spec_stats((body.get("metrics") or {}).get("speculative_decoding"))
-        if spec_stats is not None:
-            self._stats.spec_decoding.observe(spec_stats)
+        spec_stats = self._observe_spec_decoding(body)
         want_logprobs = request.sampling.logprobs is not None
         completions = []
         for i, c in enumerate(choices):
@@ -757,11 +774,7 @@ class OpenAIEngine:
         results = []
         for body, top, [pos_texts] in zip(bodies, tops, texts):
             num_prompt_tokens, num_cached = self._usage(body)
-            spec_stats = _request_spec_stats(
-                (body.get("metrics") or {}).get("speculative_decoding")
-            )
-            if spec_stats is not None:
-                self._stats.spec_decoding.observe(spec_stats)
+            self._observe_spec_decoding(body)
             results.append(
                 NextTokenDistribution(
                     top=self._sorted_top(top, pos_texts)[:top_k],
