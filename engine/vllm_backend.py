@@ -390,10 +390,9 @@ class VLLMEngine:
                 "raise max_logprobs for this engine"
             )
         from vllm import SamplingParams
-
-        prompt_ids = [self._prompt_ids(p) for p in prompts]
         from vllm.sampling_params import RequestOutputKind
 
+        prompt_ids = [self._prompt_ids(p) for p in prompts]
         params = SamplingParams(
             max_tokens=1, temperature=0.0, logprobs=top_k, output_kind=RequestOutputKind.FINAL_ONLY
         )

@@ -54,14 +54,14 @@ class EmbeddingJudge:
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         require_target_steps(self.name, candidates)
         sims = self.similarities([(c.draft_step, c.target_step) for c in candidates])
-        verdicts = []
-        for c, sim in zip(candidates, sims):
-            if sim < self.reject_threshold:
-                verdicts.append(Verdict(self.name, accept=False, confident=True, score=sim))
-            elif numbers_in(c.draft_step) != numbers_in(c.target_step):
-                verdicts.append(Verdict(self.name, accept=False, confident=False, score=sim))
-            elif sim >= self.accept_threshold:
-                verdicts.append(Verdict(self.name, accept=True, confident=True, score=sim))
-            else:
-                verdicts.append(Verdict(self.name, accept=False, confident=False, score=sim))
-        return verdicts
+        return [Verdict(self.name, *self._decide(c, sim), score=sim) for c, sim in zip(candidates, sims)]
+
+    def _decide(self, c: StepCandidate, sim: float) -> tuple[bool, bool]:
+        """(accept, confident) for one candidate at similarity ``sim``."""
+        if sim < self.reject_threshold:
+            return False, True
+        if numbers_in(c.draft_step) != numbers_in(c.target_step):
+            return False, False
+        if sim >= self.accept_threshold:
+            return True, True
+        return False, False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from engine.protocol import Engine, EngineError
 from orchestrator.run import Budget, ReasoningError, TraceRun
-from orchestrator.stepgen import generate_steps, step_prompt
+from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
 
@@ -18,8 +18,9 @@ async def single_model(question: str, engine: Engine, author: str, *, rules: Ste
                        budget: Budget = Budget()) -> Trace:
     run = TraceRun(question, f"{author}-only", rules, budget, {author: engine})
     try:
+        opening = opening_prompt(engine, question)
         while (stop := run.stop_reason()) is None:
-            prompt = step_prompt(engine, question, run.steps, rules.delimiter)
+            prompt = step_prompt(opening, run.steps, rules.delimiter)
             (step,) = await generate_steps(engine, [prompt], rules, run.step_token_cap())
             tokens = {"num_draft_tokens" if author == "draft" else "num_target_tokens": step.num_tokens}
             seconds = {"draft_seconds" if author == "draft" else "target_seconds": step.seconds}

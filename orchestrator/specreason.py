@@ -15,7 +15,7 @@ from engine.protocol import Engine, EngineError
 from judges.base import Judge, JudgeError, StepCandidate
 from orchestrator.prompts import opening_messages
 from orchestrator.run import Budget, ReasoningError, TraceRun
-from orchestrator.stepgen import generate_steps, step_prompt
+from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
 
@@ -31,17 +31,19 @@ async def specreason(question: str, *, draft: Engine, target: Engine, judge: Jud
     run = TraceRun(question, "specreason", rules, budget, {"draft": draft, "target": target})
     d = rules.delimiter
     try:
+        draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
+        judge_opening = opening_messages(question)
         while (stop := run.stop_reason()) is None:
             cap = run.step_token_cap()
             if len(run.steps) < first_target_steps:
-                (step,) = await generate_steps(target, [step_prompt(target, question, run.steps, d)], rules, cap)
+                (step,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules, cap)
                 run.add(StepRecord(len(run.steps), "target", step.text, complete=step.complete,
                                    num_target_tokens=step.num_tokens, target_seconds=step.seconds), step.ends_trace)
                 continue
-            (drafted,) = await generate_steps(draft, [step_prompt(draft, question, run.steps, d)], rules, cap)
+            (drafted,) = await generate_steps(draft, [step_prompt(draft_opening, run.steps, d)], rules, cap)
             t0 = time.perf_counter()
             (verdict,) = await judge.judge([StepCandidate(question, run.step_texts, drafted.text,
-                                                          opening_messages=opening_messages(question))])
+                                                          opening_messages=judge_opening)])
             judged = dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score,
                           judge=verdict.judge, num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds,
                           judge_seconds=time.perf_counter() - t0)
@@ -52,7 +54,7 @@ async def specreason(question: str, *, draft: Engine, target: Engine, judge: Jud
                 run.add(StepRecord(len(run.steps), "draft", drafted.text, complete=drafted.complete, **judged),
                         drafted.ends_trace)
             else:
-                (own,) = await generate_steps(target, [step_prompt(target, question, run.steps, d)], rules, cap)
+                (own,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules, cap)
                 run.add(StepRecord(len(run.steps), "target", own.text, complete=own.complete,
                                    num_target_tokens=own.num_tokens, target_seconds=own.seconds, **judged),
                         own.ends_trace)

@@ -29,9 +29,17 @@ class GeneratedStep:
     seconds: float
 
 
-def step_prompt(engine: Engine, question: str, steps: Sequence[StepRecord], delimiter: str) -> str:
-    """The prompt that makes ``engine`` write the next step after ``steps``."""
-    prompt = engine.apply_chat_template(reasoning_messages(question)) + join_steps(steps, delimiter)
+def opening_prompt(engine: Engine, question: str) -> str:
+    """The reasoning chat rendered by ``engine``'s template, up to the assistant's turn.
+    Constant for a trace: render it once per engine, not once per step (through an
+    OpenAI server without a local tokenizer a rendering costs three HTTP calls)."""
+    return engine.apply_chat_template(reasoning_messages(question))
+
+
+def step_prompt(opening: str, steps: Sequence[StepRecord], delimiter: str) -> str:
+    """The prompt that makes an engine write the next step after ``steps``, given
+    its :func:`opening_prompt`."""
+    prompt = opening + join_steps(steps, delimiter)
     if steps and steps[-1].complete:
         prompt += delimiter
     return prompt
@@ -49,7 +57,8 @@ async def generate_steps(
     t0 = time.perf_counter()
     texts = [""] * len(prompts)
     num_tokens = [0] * len(prompts)
-    done: list[GeneratedStep | None] = [None] * len(prompts)
+    # (complete, ends_trace) once a prompt's step is finished
+    ended: list[tuple[bool, bool] | None] = [None] * len(prompts)
     pending = list(range(len(prompts)))
     while pending:
         requests = [
@@ -71,13 +80,9 @@ async def generate_steps(
                 texts[i] += rules.delimiter  # a blank line inside code: the step goes on
                 still.append(i)
                 continue
-            done[i] = GeneratedStep(
-                text=texts[i],
-                num_tokens=num_tokens[i],
-                complete=c.finish_reason is not FinishReason.LENGTH or boxed,
-                ends_trace=c.finish_reason is FinishReason.EOS or boxed,
-                seconds=0.0,
-            )
+            ended[i] = (c.finish_reason is not FinishReason.LENGTH or boxed,
+                        c.finish_reason is FinishReason.EOS or boxed)
         pending = still
     seconds = time.perf_counter() - t0
-    return [GeneratedStep(s.text, s.num_tokens, s.complete, s.ends_trace, seconds) for s in done]
+    return [GeneratedStep(text, n, complete, ends_trace, seconds)
+            for text, n, (complete, ends_trace) in zip(texts, num_tokens, ended)]
