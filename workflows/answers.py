@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
+from judges.exact import numbers_in
 from orchestrator.steps import last_boxed
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def normalize_number(s: str) -> str | None:
-    m = _NUMBER.findall(s.replace("$", ""))
-    if not m:
-        return None
-    value = m[-1].replace(",", "")
-    if "." in value:
-        value = value.rstrip("0").rstrip(".")
-    return value
+    """The last number in ``s``, canonical (no $ or thousands separators, no trailing
+    decimal zeros); None if there is none."""
+    numbers = numbers_in(s.replace("$", ""))
+    return numbers[-1] if numbers else None
 
 
 def extract_answer(response: str) -> str | None:
