@@ -25,6 +25,10 @@ class Engine(Protocol):
     @property
     def info(self) -> EngineInfo: ...
 
+    async def start(self) -> None:
+        """Load the model or check the server; idempotent. Calls that need the model start it."""
+        ...
+
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Continue every request's prompt; results in request order."""
         ...

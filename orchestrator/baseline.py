@@ -7,25 +7,27 @@ judge always sides with one model.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from engine.protocol import Engine, EngineError
-from orchestrator.run import Budget, ReasoningError, TraceRun
+from orchestrator.run import Budget, ReasoningError, TraceRun, written_step
 from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
 
 
 async def single_model(question: str, engine: Engine, author: str, *, rules: StepRules = StepRules(),
-                       budget: Budget = Budget()) -> Trace:
-    run = TraceRun(question, f"{author}-only", rules, budget, {author: engine})
+                       budget: Budget = Budget(), on_step: Callable[[StepRecord], None] | None = None) -> Trace:
+    run = TraceRun(question, f"{author}-only", rules, budget, {author: engine}, on_step)
+    model = run.engines[author]
     try:
-        opening = opening_prompt(engine, question)
+        opening = opening_prompt(model, question)
         while (stop := run.stop_reason()) is None:
-            prompt = step_prompt(opening, run.steps, rules.delimiter)
-            (step,) = await generate_steps(engine, [prompt], rules, run.step_token_cap())
-            tokens = {"num_draft_tokens" if author == "draft" else "num_target_tokens": step.num_tokens}
-            seconds = {"draft_seconds" if author == "draft" else "target_seconds": step.seconds}
-            run.add(StepRecord(len(run.steps), author, step.text, complete=step.complete, **tokens, **seconds),
-                    step.ends_trace)
+            (step,) = await generate_steps(model, [step_prompt(opening, run.steps, rules.delimiter)], rules,
+                                           run.step_token_cap())
+            run.add(written_step(len(run.steps), author, step), step.ends)
+        if stop == "thinking":
+            stop = await run.write_answer(author, opening)
     except EngineError as e:
         raise ReasoningError(f"{author}-only: {e}", run.finish("error", error=str(e))) from e
     return run.finish(stop)

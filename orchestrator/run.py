@@ -1,14 +1,27 @@
-"""State shared by every strategy's loop: budgets, stop reasons, the growing trace."""
+"""State shared by every strategy's loop: budgets, stop reasons, the growing trace.
+
+Engines are shared: several traces (``solve_many``) may run on the same two
+engines at once, so a trace counts its own work through :class:`CountingEngine`
+(calls, generated tokens, vLLM's per-request speculation counters) rather than
+reading the engines' global counters.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from engine.protocol import Engine
+from engine.stats import SpecDecodingStats
+from engine.types import GenerationRequest, GenerationResult
+from judges.base import Judge, StepCandidate, Verdict
+from orchestrator.stepgen import GeneratedStep, generate_steps, step_prompt
 from orchestrator.steps import StepRules, find_answer
 from orchestrator.trace import StepRecord, Trace, join_steps
+
+# Stop reasons of a finished trace (TraceRun.stop_reason, Trace.stop_reason).
+STOP_REASONS = ("answer", "eos", "repetition", "max_steps", "max_tokens", "timeout", "error")
 
 
 @dataclass(frozen=True)
@@ -19,11 +32,18 @@ class Budget:
     max_tokens: int = 2048
     max_step_tokens: int = 256
     max_seconds: float | None = None
+    # This many steps in a row cut by max_step_tokens, with the delimiter nowhere in
+    # the trace, means the model does not separate steps that way: an error. None: allow.
+    max_cut_steps: int | None = 4
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "max_step_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"budget {name} must be >= 1, got {getattr(self, name)}")
+        if self.max_cut_steps is not None and self.max_cut_steps < 1:
+            raise ValueError(f"budget max_cut_steps must be >= 1 or None, got {self.max_cut_steps}")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ValueError(f"budget max_seconds must be > 0, got {self.max_seconds}")
 
 
 class ReasoningError(RuntimeError):
@@ -34,22 +54,57 @@ class ReasoningError(RuntimeError):
         self.trace = trace
 
 
+class StepDelimiterError(ReasoningError):
+    """Steps keep hitting the token cap and the delimiter never appears."""
+
+
+class CountingEngine:
+    """An engine as one trace sees it: this trace's generation calls, generated
+    tokens and token-level speculation counters; everything else is the engine's."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.num_generate_calls = 0
+        self.num_generated_tokens = 0  # kept or not: all the tokens this trace asked for
+        self.spec_decoding = SpecDecodingStats()
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.num_generate_calls += 1
+        results = await self.engine.generate(requests)
+        for r in results:
+            for c in r.completions:
+                self.num_generated_tokens += c.num_output_tokens
+                if c.spec_decoding is not None:
+                    self.spec_decoding.observe(c.spec_decoding)
+        return results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def written_step(index: int, author: str, step: GeneratedStep, **judged: Any) -> StepRecord:
+    """The record of a step ``author`` ("draft" or "target") wrote, with any verdict fields."""
+    fields: dict[str, Any] = {f"num_{author}_tokens": step.num_tokens, f"{author}_seconds": step.seconds}
+    return StepRecord(index, author, step.text, complete=step.complete, **{**fields, **judged})
+
+
 class TraceRun:
     """The trace being written, and why it should stop."""
 
     def __init__(self, question: str, strategy: str, rules: StepRules, budget: Budget,
-                 engines: Mapping[str, Engine]) -> None:
+                 engines: Mapping[str, Engine], on_step: Callable[[StepRecord], None] | None = None) -> None:
         if not question or not question.strip():
             raise ValueError("the question is empty; give the problem text to reason about")
         self.question = question
         self.strategy = strategy
         self.rules = rules
         self.budget = budget
-        self.engines = dict(engines)
+        self.engines = {role: CountingEngine(e) for role, e in engines.items()}
+        self.on_step = on_step
         self.steps: list[StepRecord] = []
-        self.ended: str | None = None  # "answer" or "eos" once a step ends the trace
+        self.ended: str | None = None  # "answer", "eos" or "thinking" once a step ends it
+        self.num_judge_calls = 0
         self._t0 = time.perf_counter()
-        self._spec0 = {k: e.stats().spec_decoding for k, e in self.engines.items()}
 
     @property
     def step_texts(self) -> tuple[str, ...]:
@@ -59,28 +114,63 @@ class TraceRun:
     def num_tokens(self) -> int:
         return sum(s.num_tokens for s in self.steps)
 
-    def step_token_cap(self) -> int:
-        """Tokens the next step may use: the per-step cap, within what is left."""
-        return max(1, min(self.budget.max_step_tokens, self.budget.max_tokens - self.num_tokens))
+    def step_token_cap(self, ahead: Sequence[StepRecord] = ()) -> int:
+        """Tokens the next step may use: the per-step cap, within what is left (after
+        the ``ahead`` steps, when drafting past the trace)."""
+        used = self.num_tokens + sum(s.num_tokens for s in ahead)
+        return max(1, min(self.budget.max_step_tokens, self.budget.max_tokens - used))
 
-    def add(self, record: StepRecord, ends_trace: bool) -> None:
+    def add(self, record: StepRecord, ends: str | None = None) -> None:
+        """Append a step; ``ends`` is its GeneratedStep.ends ("trace", "thinking" or None)."""
         self.steps.append(record)
-        if ends_trace:
+        if ends == "trace":
             self.ended = "answer" if find_answer(record.text, self.rules) is not None else "eos"
+        elif ends == "thinking":
+            self.ended = "thinking"
+        if self.on_step is not None:
+            self.on_step(record)
+        n = self.budget.max_cut_steps
+        if (n is not None and not self.ended and len(self.steps) >= n and not any(s.complete for s in self.steps[-n:])
+                and self.rules.delimiter not in join_steps(self.steps, self.rules.delimiter)):
+            raise StepDelimiterError(
+                f"the step delimiter {self.rules.delimiter!r} never appeared: {n} steps in a row were cut at "
+                f"max_step_tokens={self.budget.max_step_tokens}. Set the delimiter to what this model writes "
+                f"between steps (e.g. '\\n'), or raise max_step_tokens / max_cut_steps",
+                self.finish("error", error="step delimiter never appeared"))
 
-    def stop_reason(self) -> str | None:
-        """Why the trace should stop now, or None to write another step."""
+    async def judge(self, judge: Judge, candidates: Sequence[StepCandidate]) -> list[Verdict]:
+        verdicts = await judge.judge(candidates)
+        self.num_judge_calls += sum(v.num_judge_calls for v in verdicts)
+        return verdicts
+
+    def stop_reason(self, ahead: Sequence[StepRecord] = ()) -> str | None:
+        """Why the trace should stop now, or None to write another step. "thinking":
+        the </think> block closed; the strategy has the answer written (write_answer).
+        ``ahead``: steps drafted past the trace, judged as if they were already in it
+        (that ends no trace by itself: a drafter stops at a step that ends one)."""
         if self.ended:
             return self.ended
-        if len(self.steps) >= 2 and self.steps[-1].complete and self.steps[-1].text.strip() == self.steps[-2].text.strip():
+        steps = [*self.steps, *ahead]
+        if len(steps) >= 2 and steps[-1].complete and steps[-1].text.strip() == steps[-2].text.strip():
             return "repetition"
-        if len(self.steps) >= self.budget.max_steps:
+        if len(steps) >= self.budget.max_steps:
             return "max_steps"
-        if self.num_tokens >= self.budget.max_tokens:
+        if sum(s.num_tokens for s in steps) >= self.budget.max_tokens:
             return "max_tokens"
         if self.budget.max_seconds is not None and time.perf_counter() - self._t0 >= self.budget.max_seconds:
             return "timeout"
         return None
+
+    async def write_answer(self, author: str, opening: str) -> str:
+        """After ``</think>``: ``author``'s engine writes the final answer in one piece,
+        within the tokens left. Returns the trace's stop reason."""
+        remaining = max(1, self.budget.max_tokens - self.num_tokens)
+        (step,) = await generate_steps(self.engines[author], [step_prompt(opening, self.steps, self.rules.delimiter)],
+                                       self.rules, remaining, until_end=True)
+        self.add(written_step(len(self.steps), author, step))
+        self.ended = "answer" if find_answer(step.text, self.rules) is not None else (
+            "eos" if step.complete else "max_tokens")
+        return self.ended
 
     def finish(self, stop_reason: str, error: str | None = None) -> Trace:
         steps = tuple(self.steps)
@@ -91,8 +181,10 @@ class TraceRun:
             answer=find_answer(join_steps(steps, self.rules.delimiter), self.rules),
             stop_reason=stop_reason,
             seconds=time.perf_counter() - self._t0,
-            spec_decoding={k: e.stats().spec_decoding.minus(self._spec0[k]).to_dict()
-                           for k, e in self.engines.items()},
+            spec_decoding={role: e.spec_decoding.to_dict() for role, e in self.engines.items()},
+            num_generate_calls={role: e.num_generate_calls for role, e in self.engines.items()},
+            num_generated_tokens={role: e.num_generated_tokens for role, e in self.engines.items()},
+            num_judge_calls=self.num_judge_calls,
             error=error,
             delimiter=self.rules.delimiter,
         )

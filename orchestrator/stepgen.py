@@ -16,7 +16,7 @@ from typing import Sequence
 from engine.protocol import Engine
 from engine.types import FinishReason, GenerationRequest, SamplingSpec
 from orchestrator.prompts import reasoning_messages
-from orchestrator.steps import StepRules, inside_code_block, last_boxed
+from orchestrator.steps import StepRules, inside_code_block, inside_thinking, last_boxed
 from orchestrator.trace import StepRecord, join_steps
 
 
@@ -25,8 +25,14 @@ class GeneratedStep:
     text: str
     num_tokens: int
     complete: bool  # ended at the delimiter or the end of the answer, not at the cap
-    ends_trace: bool  # EOS, or a final boxed answer was written
+    # What this step ends, if anything: "trace" (EOS, or a boxed answer outside any
+    # <think> block) or "thinking" (it closed the </think> block).
+    ends: str | None
     seconds: float
+
+    @property
+    def ends_trace(self) -> bool:
+        return self.ends == "trace"
 
 
 def opening_prompt(engine: Engine, question: str) -> str:
@@ -49,23 +55,28 @@ async def generate_steps(
     engine: Engine,
     prompts: Sequence[str],
     rules: StepRules,
-    max_step_tokens: int,
+    max_step_tokens: int | Sequence[int],
     temperature: float = 0.0,
     seed: int | None = None,
+    until_end: bool = False,
 ) -> list[GeneratedStep]:
-    """One step for each prompt, in one batched call (more only for code blocks)."""
+    """One step for each prompt, in one batched call (more only for code blocks).
+
+    ``max_step_tokens``: one cap for all, or one per prompt. ``until_end``: no
+    delimiter stop; write until EOS or the cap (the answer after ``</think>``)."""
     t0 = time.perf_counter()
+    caps = [max_step_tokens] * len(prompts) if isinstance(max_step_tokens, int) else list(max_step_tokens)
     texts = [""] * len(prompts)
     num_tokens = [0] * len(prompts)
-    # (complete, ends_trace) once a prompt's step is finished
-    ended: list[tuple[bool, bool] | None] = [None] * len(prompts)
+    ended: list[tuple[bool, str | None] | None] = [None] * len(prompts)  # (complete, ends)
+    stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
     pending = list(range(len(prompts)))
     while pending:
         requests = [
             GenerationRequest(
                 prompts[i] + texts[i],
-                SamplingSpec(max_tokens=max_step_tokens - num_tokens[i], temperature=temperature,
-                             seed=seed, stop=(rules.delimiter,)),
+                SamplingSpec(max_tokens=caps[i] - num_tokens[i], temperature=temperature,
+                             seed=seed, stop=stop),
             )
             for i in pending
         ]
@@ -75,14 +86,19 @@ async def generate_steps(
             c = r.completion
             texts[i] += c.text
             num_tokens[i] += c.num_output_tokens
-            boxed = last_boxed(texts[i]) is not None
-            if c.finish_reason is FinishReason.STOP and inside_code_block(texts[i]) and num_tokens[i] < max_step_tokens:
+            if c.finish_reason is FinishReason.STOP and c.stop_string == rules.think_end:
+                texts[i] += rules.think_end
+                ended[i] = (True, "thinking")
+                continue
+            thinking = inside_thinking(prompts[i] + texts[i], rules)
+            boxed = last_boxed(texts[i]) is not None and not thinking
+            if c.finish_reason is FinishReason.STOP and inside_code_block(texts[i]) and num_tokens[i] < caps[i]:
                 texts[i] += rules.delimiter  # a blank line inside code: the step goes on
                 still.append(i)
                 continue
-            ended[i] = (c.finish_reason is not FinishReason.LENGTH or boxed,
-                        c.finish_reason is FinishReason.EOS or boxed)
+            ends = "trace" if c.finish_reason is FinishReason.EOS or boxed else None
+            ended[i] = (c.finish_reason is not FinishReason.LENGTH or boxed, ends)
         pending = still
     seconds = time.perf_counter() - t0
-    return [GeneratedStep(text, n, complete, ends_trace, seconds)
-            for text, n, (complete, ends_trace) in zip(texts, num_tokens, ended)]
+    return [GeneratedStep(text, n, complete, ends, seconds)
+            for text, n, (complete, ends) in zip(texts, num_tokens, ended)]

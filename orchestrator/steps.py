@@ -5,6 +5,11 @@ A reasoning trace is a sequence of steps. A step ends at the step delimiter
 blank line is part of the code. The final answer is the content of the last
 ``\\boxed{...}`` (nested braces allowed) or what follows "The answer is".
 
+Models that think inside ``<think>...</think>`` (the template may open the tag
+in the prompt): steps are the thinking; a ``\\boxed{}`` written while thinking
+does not end the trace, the closing tag does, and the answer is read from the
+text after it when that text has one.
+
 Pure text functions: no engine, no model library.
 """
 
@@ -24,10 +29,14 @@ class StepRules:
     delimiter: str = "\n\n"
     # Regexes tried after \boxed{}; each must have a named group "answer".
     answer_patterns: tuple[str, ...] = DEFAULT_ANSWER_PATTERNS
+    think_start: str = "<think>"
+    think_end: str = "</think>"
 
     def __post_init__(self) -> None:
         if not self.delimiter:
             raise ValueError("the step delimiter must be a non-empty string, e.g. '\\n\\n'")
+        if not self.think_start or not self.think_end:
+            raise ValueError("the think tags must be non-empty strings, e.g. '<think>' and '</think>'")
         for p in self.answer_patterns:
             try:
                 compiled = re.compile(p)
@@ -79,8 +88,22 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def inside_thinking(text: str, rules: StepRules = StepRules()) -> bool:
+    """True when ``text`` (prompt included) ends inside an open ``<think>`` block."""
+    return text.rfind(rules.think_start) > text.rfind(rules.think_end)
+
+
 def find_answer(text: str, rules: StepRules = StepRules()) -> str | None:
-    """The final answer in ``text``: the last boxed value, else the last pattern match."""
+    """The final answer in ``text``: the last boxed value, else the last pattern match;
+    after a closed ``</think>``, from the text after it when that has an answer."""
+    if rules.think_end in text:
+        after = _find_answer(text.rsplit(rules.think_end, 1)[1], rules)
+        if after is not None:
+            return after
+    return _find_answer(text, rules)
+
+
+def _find_answer(text: str, rules: StepRules) -> str | None:
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed

@@ -28,7 +28,10 @@ class StepRecord:
     score: float | None = None
     judge: str | None = None  # which judge (or cascade rung) decided
     num_draft_tokens: int = 0  # tokens the draft model wrote for this step
-    num_target_tokens: int = 0  # tokens the target wrote for this step
+    num_target_tokens: int = 0  # tokens of the target's text for this step (its own, kept)
+    # Tokens the target wrote at this position only to check the draft (lookahead:
+    # its version of a step whose draft was accepted); not part of the trace's text.
+    num_verify_tokens: int = 0
     complete: bool = True  # False: cut by the per-step token cap
     draft_seconds: float = 0.0
     judge_seconds: float = 0.0
@@ -48,7 +51,13 @@ class Trace:
     answer: str | None
     stop_reason: str  # "answer", "eos", "max_steps", "max_tokens", "timeout", "repetition", "error"
     seconds: float
-    spec_decoding: dict[str, Any] = field(default_factory=dict)  # per engine, vLLM counters
+    # Per engine role ("draft", "target"): this trace's token-level speculation
+    # counters (vLLM's, summed per request), generation calls, and every token the
+    # engine generated for it, kept or discarded.
+    spec_decoding: dict[str, Any] = field(default_factory=dict)
+    num_generate_calls: dict[str, int] = field(default_factory=dict)
+    num_generated_tokens: dict[str, int] = field(default_factory=dict)
+    num_judge_calls: int = 0  # model calls the judge made (prompts scored)
     error: str | None = None
     delimiter: str = "\n\n"
 
@@ -63,6 +72,7 @@ class Trace:
 
     @property
     def num_draft_tokens(self) -> int:
+        """Tokens the draft wrote for the trace's steps, kept or rejected."""
         return sum(s.num_draft_tokens for s in self.steps)
 
     @property
@@ -81,6 +91,36 @@ class Trace:
     def step_acceptance_rate(self) -> float | None:
         n = self.num_drafted_steps
         return self.num_accepted_steps / n if n else None
+
+    @property
+    def target_token_share(self) -> float | None:
+        """Share of the trace's tokens that the target wrote."""
+        return self.num_target_tokens / self.num_tokens if self.num_tokens else None
+
+    @property
+    def num_target_calls(self) -> int:
+        """Calls to the target model: its generation batches plus the judge's prompts
+        (the judges that ask a model ask the target)."""
+        return self.num_generate_calls.get("target", 0) + self.num_judge_calls
+
+    def stats(self) -> dict[str, Any]:
+        """The run's numbers, for people and result files."""
+        return {
+            "stop_reason": self.stop_reason,
+            "seconds": self.seconds,
+            "num_steps": len(self.steps),
+            "num_drafted_steps": self.num_drafted_steps,
+            "num_accepted_steps": self.num_accepted_steps,
+            "step_acceptance_rate": self.step_acceptance_rate,
+            "num_tokens": self.num_tokens,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_target_tokens": self.num_target_tokens,
+            "target_token_share": self.target_token_share,
+            "num_generated_tokens": dict(self.num_generated_tokens),
+            "num_target_calls": self.num_target_calls,
+            "num_judge_calls": self.num_judge_calls,
+            "spec_decoding": self.spec_decoding,
+        }
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

@@ -41,22 +41,25 @@ class ScriptedEngine:
     def info(self) -> EngineInfo:
         return EngineInfo(name=self.name, backend="scripted", model=self.name)
 
+    async def start(self) -> None:
+        pass
+
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.num_calls += 1
         results = []
         for r in requests:
             self.prompts.append(str(r.prompt))
             text = self._continuation(str(r.prompt))
-            reason = FinishReason.EOS
-            for s in r.sampling.stop:
-                if s in text:
-                    text, reason = text[: text.index(s)], FinishReason.STOP
-                    break
+            reason, stop_string = FinishReason.EOS, None
+            hits = [(text.index(s), s) for s in r.sampling.stop if s in text]
+            if hits:  # the earliest stop string wins, as in vLLM
+                at, stop_string = min(hits)
+                text, reason = text[:at], FinishReason.STOP
             words = text.split()
             if len(words) > r.sampling.max_tokens:
-                text, reason = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH
+                text, reason, stop_string = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH, None
             ids = tuple(range(len(text.split())))
-            completion = Completion(text=text, token_ids=ids, finish_reason=reason)
+            completion = Completion(text=text, token_ids=ids, finish_reason=reason, stop_string=stop_string)
             results.append(GenerationResult((completion,) * r.sampling.n, self.count_tokens(str(r.prompt))))
         return results
 

@@ -24,15 +24,37 @@ def test_models_list_names_every_preset():
 
 
 def test_solve_with_an_unknown_model_fails_before_starting_anything():
-    r = stepspec("solve", "--question", "1+1?", "--target", "qwen2.5-coder-1.5", "--spec", "none")
+    r = stepspec("solve", "1+1?", "--target", "qwen2.5-coder-1.5", "--spec", "none")
     assert r.returncode == 2
     assert "unknown model 'qwen2.5-coder-1.5'" in r.stderr and "Did you mean" in r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_solve_with_an_unknown_speculation_method():
-    r = stepspec("solve", "--question", "1+1?", "--spec", "medusa2")
+    r = stepspec("solve", "1+1?", "--spec", "medusa2")
     assert r.returncode == 2 and "unknown speculation method 'medusa2'" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "spec-reason"], "unknown strategy 'spec-reason'. Did you mean 'specreason'"),
+    (["--judge", "embeding"], "unknown judge 'embeding'. Did you mean 'embedding'"),
+    (["--judge", "embedding"], "specreason cannot use judge 'embedding'"),
+    (["--gamma", "3"], "strategy 'specreason' has no option gamma"),
+    (["--strategy", "lookahead", "--threshold", "7"], "--threshold is an option of the score judge"),
+    (["--strategy", "spec-thinking", "--judge", "score"], "strategy 'spec-thinking' takes no judge"),
+    (["--judge-opt", "threshold"], "--judge-opt wants key=value"),
+    (["--max-steps", "0"], "max_steps must be >= 1"),
+])
+def test_solve_rejects_bad_options_before_loading_models(args, message):
+    r = stepspec("solve", "What is 2 + 3?", "--spec", "none", "--target", "/nonexistent-model", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_solve_an_empty_question():
+    r = stepspec("solve", "  ", "--spec", "none")
+    assert r.returncode == 2 and "question is empty" in r.stderr
 
 
 def test_solve_with_an_out_of_range_index():

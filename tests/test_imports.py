@@ -7,7 +7,7 @@ def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
         "import sys\n"
         "import engine, orchestrator, judges, routers, workflows\n"
         "import engine.vllm_backend, engine.openai_backend, engine.models, engine.speculation\n"
-        "import workflows.cli, workflows.solve, workflows.datasets\n"
+        "import workflows.cli, workflows.datasets, orchestrator.reasoner, orchestrator.strategies\n"
         "heavy = sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )

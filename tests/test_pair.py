@@ -16,7 +16,7 @@ from judges.base import StepCandidate
 from judges.score import ScoreJudge
 from orchestrator.prompts import opening_messages
 from workflows.datasets import load_problems
-from workflows.solve import build_prompt
+from orchestrator.stepgen import opening_prompt as build_prompt
 
 pytestmark = pytest.mark.pair
 

@@ -167,3 +167,33 @@ def test_specreason_invariants_on_real_vllm(tiny_pair, runner):
         assert trace.num_accepted_steps + rejected_steps == trace.num_drafted_steps == len(trace.steps)
         assert set(trace.spec_decoding) == {"draft", "target"}
     assert rejected.num_draft_tokens > 0 and accepted.num_target_tokens == 0
+
+
+@pytest.mark.vllm
+def test_lookahead_and_spec_thinking_invariants_on_real_vllm(tiny_pair, runner):
+    from orchestrator.lookahead import lookahead
+    from orchestrator.spec_thinking import spec_thinking
+
+    draft, target = tiny_pair
+    opts = dict(rules=RULES, budget=BUDGET)
+    t_only = runner.run(target_only(Q, target=target, **opts))
+    d_only = runner.run(draft_only(Q, draft=draft, **opts))
+    for gamma in (1, 3):
+        rejected = runner.run(lookahead(Q, draft=draft, target=target, judge=FixedJudge(False), gamma=gamma, **opts))
+        accepted = runner.run(lookahead(Q, draft=draft, target=target, judge=FixedJudge(True), gamma=gamma, **opts))
+        assert rejected.text == t_only.text and all(s.author == "target" for s in rejected.steps)
+        assert accepted.text == d_only.text and all(s.author == "draft" for s in accepted.steps)
+        for trace in (rejected, accepted):
+            kept = sum(s.num_draft_tokens for s in trace.steps if s.accepted)
+            assert trace.num_tokens == kept + trace.num_target_tokens
+            rejected_steps = sum(1 for s in trace.steps if s.accepted is False)
+            assert trace.num_accepted_steps + rejected_steps == trace.num_drafted_steps == len(trace.steps)
+            # every token a model wrote is either in the trace or counted as discarded work
+            assert trace.num_generated_tokens["target"] >= trace.num_target_tokens
+        # accept-all: the target verified every kept step in batches, fewer calls than steps
+        assert accepted.num_generate_calls["target"] < len(accepted.steps) or gamma == 1
+    # spec-thinking: a cue that never opens a step leaves the draft's text; one that
+    # opens every step hands every step to the target
+    never = runner.run(spec_thinking(Q, draft=draft, target=target, cues=(), **opts))
+    always = runner.run(spec_thinking(Q, draft=draft, target=target, cues=("",), takeover_tokens=1, **opts))
+    assert never.text == d_only.text and always.text == t_only.text

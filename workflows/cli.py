@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
+import time
 from typing import Optional
 
 import typer
@@ -84,26 +84,86 @@ def models_path(name: str) -> None:
     console.print(str(prepare(name) if not isinstance(preset, GGUFPreset) else prepared_path(name)))
 
 
+def _parse_judge_opts(pairs: list[str]) -> dict:
+    opts = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--judge-opt wants key=value, got {pair!r} (e.g. --judge-opt accept_threshold=0.8)")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError:
+            opts[key] = value
+    return opts
+
+
+def _unescape(text: str) -> str:
+    """Shell-friendly escapes in --delimiter: '\\n\\n' is a blank line."""
+    return text.encode("utf-8").decode("unicode_escape")
+
+
+def _print_step(record, width: int = 0) -> None:
+    """One step as it joins the trace: who wrote it, and what became of the draft."""
+    from rich.text import Text
+
+    head = Text(f"[{record.index:>2}] ", style="dim")
+    score = f" {record.score:.2f}" if record.score is not None else ""
+    if record.author == "draft":
+        head.append(f"✓ draft{score}", style="bold green")
+    elif record.draft_text is not None:
+        head.append(f"✗ draft{score} ({record.judge}) → target", style="bold yellow")
+    else:
+        head.append("■ target", style="bold blue")
+    tokens = record.num_draft_tokens if record.author == "draft" else record.num_target_tokens
+    head.append(f"  {tokens} tok{'' if record.complete else ', cut at the cap'}", style="dim")
+    console.print(head)
+    if record.author == "target" and record.draft_text is not None:
+        console.print(Text(record.draft_text, style="dim strike"), highlight=False)
+    style = "green" if record.author == "draft" else ("yellow" if record.draft_text is not None else "blue")
+    console.print(Text(record.text, style=style), highlight=False)
+
+
 @app.command()
 def solve(
-    question: Optional[str] = typer.Option(None, help="A question to answer (default: one from --dataset)."),
+    question: Optional[str] = typer.Argument(None, help="The question (default: one from --dataset)."),
+    strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking."),
+    judge: Optional[str] = typer.Option(None, help="score, exact, embedding, llm-equivalence, cascade "
+                                        "(default: the strategy's)."),
+    threshold: Optional[float] = typer.Option(None, help="score judge: accept at or above this 0-9 score."),
+    score_method: Optional[str] = typer.Option(None, help="score judge: expected or argmax."),
+    judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
+    first_target_steps: Optional[int] = typer.Option(None, help="specreason: steps the target writes first."),
+    gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
+    max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
+    cues: Optional[str] = typer.Option(None, help="spec-thinking: comma-separated reflection cues."),
+    takeover_tokens: Optional[int] = typer.Option(None, help="spec-thinking: tokens the target writes per hand-over."),
     dataset: str = typer.Option("gsm8k", help="Dataset to take the question from."),
     index: int = typer.Option(0, help="Which problem of the dataset (0-based)."),
     data_dir: Optional[str] = typer.Option(None, help="Folder with the benchmark JSONL files."),
     target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
-    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model for --spec draft."),
-    spec: str = typer.Option("draft", help="Token-level speculation: none, ngram, suffix, draft."),
-    num_speculative_tokens: Optional[int] = typer.Option(None, help="Tokens proposed per draft."),
-    max_tokens: int = typer.Option(512, help="Generation budget in tokens."),
-    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of the engine, GiB."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
+    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
+    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
+    num_speculative_tokens: Optional[int] = typer.Option(None, help="Tokens proposed per token-level draft."),
+    max_tokens: int = typer.Option(1024, help="Token budget of the trace."),
+    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
+    max_steps: int = typer.Option(64, help="Step budget of the trace."),
+    timeout: Optional[float] = typer.Option(None, help="Wall-clock budget of the trace, seconds."),
+    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
+    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
+    trace_out: Optional[str] = typer.Option(None, help="Write the trace as JSON here (also on failure)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the solution as JSON instead of streaming."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Answer one question with the target model through vLLM, token-level speculation underneath."""
+    """Reason through one question step by step with a speculative strategy on the bundled pair
+    (or any models), streaming the trace; token-level speculation runs underneath."""
     _quiet_vllm(verbose)
+    from orchestrator.reasoner import Reasoner
+    from orchestrator.run import Budget, ReasoningError
+    from orchestrator.steps import StepRules
+    from orchestrator.strategies import get_strategy
     from workflows.answers import extract_answer, gsm8k_reference
     from workflows.datasets import load_problems
-    from workflows.solve import solve as run_solve
 
     reference = None
     if question is None:
@@ -113,59 +173,93 @@ def solve(
         problem = problems[index]
         question = problem.question
         reference = gsm8k_reference(problem.reference) if dataset == "gsm8k" else problem.reference
-    result = asyncio.run(
-        run_solve(
-            question,
-            target=target,
-            draft=draft,
-            spec=spec,
-            num_speculative_tokens=num_speculative_tokens,
-            max_tokens=max_tokens,
-            kv_cache_gib=kv_cache_gib,
-        )
-    )
-    sd = result.stats.spec_decoding
-    correct = None if reference is None else (result.answer is not None and extract_answer(reference) == result.answer)
+    if not question.strip():
+        raise ValueError("the question is empty; give the problem text to reason about")
+    chosen = get_strategy(strategy)
+    options = {k: v for k, v in dict(first_target_steps=first_target_steps, gamma=gamma, max_gamma=max_gamma,
+                                     takeover_tokens=takeover_tokens,
+                                     cues=None if cues is None else tuple(c.strip() for c in cues.split(","))).items()
+               if v is not None}
+    judge_options = _parse_judge_opts(judge_opt)
+    for key, value in (("threshold", threshold), ("method", score_method)):
+        if value is not None:
+            if (judge or chosen.default_judge) != "score":
+                raise ValueError(f"--{key.replace('method', 'score-method')} is an option of the score judge; "
+                                 "for other judges use --judge-opt key=value")
+            judge_options[key] = value
+    rules = StepRules(delimiter=_unescape(delimiter))
+    budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_seconds=timeout)
+    judge_kwargs = {"judge": judge, "judge_options": judge_options} if chosen.default_judge else {}
+    if chosen.default_judge is None and (judge or judge_options):
+        raise ValueError(f"strategy '{strategy}' takes no judge")
+    reasoner = Reasoner.from_models(
+        target, draft if chosen.needs_draft or spec == "draft" else None, strategy=strategy,
+        target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
+        kv_cache_gib=kv_cache_gib, rules=rules, budget=budget, **judge_kwargs, **options)
+    engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
+    try:
+        t0 = time.perf_counter()
+        if not as_json:
+            console.rule("question")
+            console.print(question, highlight=False)
+            console.print(f"[dim]starting {engines} ...[/]")
+        reasoner.load()
+        startup = time.perf_counter() - t0
+        if not as_json:
+            console.rule(f"{strategy} trace")
+        try:
+            solution = reasoner.solve(question, on_step=None if as_json else _print_step)
+        except ReasoningError as e:
+            saved = _save_trace(e.trace, trace_out)
+            err_console.print(f"[bold red]error:[/] {e}\n{len(e.trace.steps)} steps kept in {saved}", highlight=False)
+            raise typer.Exit(2) from None
+    finally:
+        reasoner.close()
+    trace = solution.trace
+    if trace_out:
+        _save_trace(trace, trace_out)
+    answer = extract_answer(trace.text) if trace.answer is not None else None
+    correct = None if reference is None else (answer is not None and extract_answer(reference) == answer)
     if as_json:
-        console.print_json(
-            json.dumps(
-                {
-                    "question": question,
-                    "response": result.response,
-                    "answer": result.answer,
-                    "reference": reference,
-                    "correct": correct,
-                    "num_output_tokens": result.num_output_tokens,
-                    "seconds": result.seconds,
-                    "output_tokens_per_second": result.output_tokens_per_second,
-                    "stats": result.stats.to_dict(),
-                }
-            )
-        )
+        console.print_json(json.dumps({"question": question, "answer": trace.answer, "reference": reference,
+                                       "correct": correct, "startup_seconds": startup, "stats": solution.stats,
+                                       "trace": json.loads(trace.to_json())}))
         return
-    console.rule("question")
-    console.print(question)
-    console.rule(f"{target} (token-level speculation: {spec})")
-    console.print(result.response, markup=False, highlight=False)
     console.rule("result")
     table = Table(show_header=False)
-    table.add_row("answer", str(result.answer))
+    table.add_row("answer", str(trace.answer))
     if reference is not None:
         table.add_row("reference", reference)
         table.add_row("correct", "yes" if correct else "no")
-    table.add_row("output tokens", f"{result.num_output_tokens} ({result.finish_reason})")
-    table.add_row("time", f"{result.seconds:.1f} s generating, {result.startup_seconds:.1f} s engine start")
-    table.add_row("tokens/s", f"{result.output_tokens_per_second:.2f}")
-    if sd.num_drafts:
-        table.add_row("token drafts", f"{sd.num_drafts} drafts, {sd.num_draft_tokens} draft tokens")
-        table.add_row("accepted tokens", str(sd.num_accepted_tokens))
-        table.add_row("acceptance rate", f"{sd.acceptance_rate:.3f}")
-        table.add_row("mean acceptance length", f"{sd.mean_acceptance_length:.2f} tokens per target pass")
-        table.add_row("acceptance by position", ", ".join(f"{r:.2f}" for r in sd.acceptance_rate_per_pos))
-    if result.stats.peak_rss_bytes:
-        now = f"{result.stats.rss_bytes / 2**30:.2f} GiB resident, " if result.stats.rss_bytes else ""
-        table.add_row("engine memory", f"{now}{result.stats.peak_rss_bytes / 2**30:.2f} GiB peak (loading)")
+    stats = solution.stats
+    table.add_row("stop reason", trace.stop_reason)
+    if trace.num_drafted_steps:
+        table.add_row("steps", f"{len(trace.steps)}: {trace.num_accepted_steps} of {trace.num_drafted_steps} drafted "
+                               f"steps accepted ({trace.step_acceptance_rate:.0%})")
+    else:
+        table.add_row("steps", str(len(trace.steps)))
+    share = stats["target_token_share"]
+    table.add_row("trace tokens", f"{trace.num_tokens} ({'-' if share is None else f'{share:.0%}'} by the target)")
+    table.add_row("tokens generated", ", ".join(f"{k} {v}" for k, v in trace.num_generated_tokens.items()))
+    table.add_row("target calls", f"{trace.num_target_calls} ({trace.num_generate_calls.get('target', 0)} "
+                                  f"generation batches, {trace.num_judge_calls} judge prompts)")
+    table.add_row("time", f"{trace.seconds:.1f} s reasoning, {startup:.1f} s engine start")
+    for role, sd in trace.spec_decoding.items():
+        if sd["num_drafts"]:
+            table.add_row(f"{role} token speculation",
+                          f"acceptance {sd['acceptance_rate']:.2f}, {sd['mean_acceptance_length']:.2f} tokens per pass")
     console.print(table)
+
+
+def _save_trace(trace, path: Optional[str]) -> str:
+    import tempfile
+
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="stepspec-trace-", suffix=".json", dir=".")
+        os.close(fd)
+    with open(path, "w") as f:
+        f.write(trace.to_json())
+    return path
 
 
 def main() -> None:

@@ -1,0 +1,141 @@
+"""``lookahead``: the draft writes γ steps ahead, the target checks them in one batch.
+
+Lookahead Reasoning (Fu et al., 2025). One round, from the trace so far P:
+
+1. the draft writes steps d1..dγ one after another (each continues the last);
+2. the target writes its own step at every drafted position in one batched
+   call: t1 after P, t2 after P+d1, ..., tγ after P+d1..d(γ-1);
+3. a judge compares each di with ti; the longest prefix of accepted drafts is
+   kept and, at the first rejected position, the target's ti takes its place.
+
+Worked example, γ = 3: the judge accepts d1, rejects d2 (d3 is never looked
+at). The trace grows by d1 then t2 (author "target", draft_text d2); d3 and t3
+are discarded work, counted in the trace's ``num_generated_tokens``.
+
+Overlap: while the target and the judge work on a round, the draft already
+writes the next round's steps after d1..dγ, betting that all are accepted. A
+rejection cancels that work in flight (vLLM aborts its requests). Draft and
+target are separate vLLM engines, so the two run at the same time.
+
+γ adapts (``adaptive=True``) to the running step acceptance rate a: a run of
+accepted drafts is a/(1-a) steps long on average, so the next round drafts
+round(a/(1-a)) + 1 steps, within [min_gamma, max_gamma].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.protocol import Engine, EngineError
+from judges.base import Judge, StepCandidate
+from orchestrator.prompts import opening_messages
+from orchestrator.run import Budget, ReasoningError, TraceRun, written_step
+from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
+from orchestrator.steps import StepRules
+from orchestrator.trace import StepRecord, Trace
+
+
+@dataclass
+class GammaController:
+    """How many steps to draft ahead, from the running step acceptance rate."""
+
+    gamma: int = 4
+    min_gamma: int = 1
+    max_gamma: int = 8
+    adaptive: bool = True
+    smoothing: float = 0.5  # weight of the newest round in the running rate
+    acceptance_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_gamma <= self.gamma <= self.max_gamma:
+            raise ValueError(f"lookahead needs 1 <= min_gamma ({self.min_gamma}) <= gamma ({self.gamma}) "
+                             f"<= max_gamma ({self.max_gamma})")
+
+    def observe_round(self, num_accepted: int, num_judged: int) -> None:
+        """One round's verdicts: ``num_accepted`` of the first ``num_judged`` positions
+        (the judged prefix up to and including the first rejection)."""
+        if not self.adaptive or num_judged == 0:
+            return
+        rate = num_accepted / num_judged
+        a = rate if self.acceptance_rate is None else (
+            self.smoothing * rate + (1 - self.smoothing) * self.acceptance_rate)
+        self.acceptance_rate = a
+        expected_run = a / (1 - a) if a < 1 else float(self.max_gamma)
+        self.gamma = max(self.min_gamma, min(self.max_gamma, round(expected_run) + 1))
+
+
+async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judge,
+                    rules: StepRules = StepRules(), budget: Budget = Budget(), gamma: int = 4,
+                    min_gamma: int = 1, max_gamma: int = 8, adaptive: bool = True,
+                    on_step: Callable[[StepRecord], None] | None = None) -> Trace:
+    control = GammaController(gamma, min_gamma, max_gamma, adaptive)
+    run = TraceRun(question, "lookahead", rules, budget, {"draft": draft, "target": target}, on_step)
+    draft, target, d = run.engines["draft"], run.engines["target"], rules.delimiter
+
+    async def draft_ahead(base: list[StepRecord], num_steps: int) -> list[GeneratedStep]:
+        """Up to ``num_steps`` drafted steps after ``base``, stopping where the trace would."""
+        drafted: list[GeneratedStep] = []
+        ahead = base[len(run.steps):]
+        while len(drafted) < num_steps and run.stop_reason(ahead) is None:
+            (step,) = await generate_steps(draft, [step_prompt(draft_opening, base, d)], rules,
+                                           run.step_token_cap(ahead))
+            drafted.append(step)
+            base = [*base, written_step(len(base), "draft", step)]
+            ahead = base[len(run.steps):]
+            if step.ends:
+                break
+        return drafted
+
+    next_round: asyncio.Task | None = None  # the draft's steps past the round being verified
+    try:
+        draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
+        judge_opening = opening_messages(question)
+        while (stop := run.stop_reason()) is None:
+            drafted = await (next_round or draft_ahead(list(run.steps), control.gamma))
+            if not drafted:  # drafting stopped where the trace stops (a timeout in between)
+                continue
+            as_drafted = [*run.steps] + [written_step(len(run.steps) + i, "draft", s) for i, s in enumerate(drafted)]
+            # The draft goes on from the last drafted step while the target verifies.
+            next_round = None if drafted[-1].ends else asyncio.create_task(draft_ahead(as_drafted, control.gamma))
+            positions = range(len(run.steps), len(as_drafted))
+            own = await generate_steps(target, [step_prompt(target_opening, as_drafted[:p], d) for p in positions],
+                                       rules, [run.step_token_cap(as_drafted[len(run.steps):p]) for p in positions])
+            t1 = time.perf_counter()
+            verdicts = await run.judge(judge, [
+                StepCandidate(question, tuple(s.text for s in as_drafted[:p]), step.text, target_step=mine.text,
+                              opening_messages=judge_opening)
+                for p, step, mine in zip(positions, drafted, own)])
+            judge_seconds = (time.perf_counter() - t1) / len(drafted)
+            # Acceptance rule: keep drafted steps while the judge accepts them; at the
+            # first rejection the target's step for that position replaces the draft's
+            # and everything drafted after it (and the draft's work in flight) is dropped.
+            num_accepted = 0
+            for step, mine, verdict in zip(drafted, own, verdicts):
+                if run.stop_reason() is not None:
+                    break
+                judged = dict(draft_text=step.text, accepted=verdict.accept, score=verdict.score,
+                              judge=verdict.judge, num_draft_tokens=step.num_tokens, draft_seconds=step.seconds,
+                              judge_seconds=judge_seconds)
+                if verdict.accept:
+                    run.add(written_step(len(run.steps), "draft", step, num_verify_tokens=mine.num_tokens,
+                                         **judged), step.ends)
+                    num_accepted += 1
+                    continue
+                run.add(written_step(len(run.steps), "target", mine, **judged), mine.ends)
+                break
+            control.observe_round(num_accepted, min(num_accepted + 1, len(drafted)))
+            if num_accepted < len(drafted) and next_round is not None:
+                next_round.cancel()
+                next_round = None
+        if stop == "thinking":
+            stop = await run.write_answer("target", target_opening)
+    except EngineError as e:
+        raise ReasoningError(f"lookahead: {e}", run.finish("error", error=str(e))) from e
+    finally:
+        if next_round is not None and not next_round.done():
+            next_round.cancel()
+            await asyncio.gather(next_round, return_exceptions=True)  # cancelled work: nothing to keep
+    return run.finish(stop)

@@ -1,0 +1,225 @@
+"""The Python API: a :class:`Reasoner` is two engines, a strategy and a judge.
+
+    from orchestrator.reasoner import Reasoner
+
+    with Reasoner.from_models(strategy="specreason", target_spec="suffix") as r:
+        solution = r.solve("Janet's ducks lay 16 eggs per day. ...")
+        print(solution.answer, solution.stats["step_acceptance_rate"])
+        many = r.solve_many(questions)  # concurrent: the engines batch the problems
+
+``asolve``/``asolve_many`` are the same in async code. The engines start once,
+on first use, and serve every problem until ``close()``. vLLM's async engines
+belong to the event loop they started on: use one Reasoner either from sync
+code (``solve``, which keeps its own loop) or from one event loop (``asolve``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from engine.protocol import Engine
+from judges.base import Judge, JudgeError
+from judges.registry import make_judge
+from orchestrator.run import Budget, ReasoningError
+from orchestrator.steps import StepRules
+from orchestrator.strategies import StrategyError, check_options, get_strategy
+from orchestrator.trace import StepRecord, Trace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Solution:
+    question: str
+    trace: Trace
+
+    @property
+    def answer(self) -> str | None:
+        return self.trace.answer
+
+    @property
+    def error(self) -> str | None:
+        """Why the trace stopped early (an engine failure); its steps so far are kept."""
+        return self.trace.error
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.trace.stats()
+
+
+class _NotLoaded:
+    """Stands in for an engine while a configuration is checked; any use is a bug."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise RuntimeError(f"engine '{self.name}' is not loaded (configuration check only)")
+
+
+class Reasoner:
+    """Answers questions with ``strategy`` over a ``target`` and (most strategies) a ``draft``.
+
+    ``judge`` is a judge name (default: the strategy's, built on the target
+    engine with ``judge_options``) or a :class:`judges.base.Judge`; strategy
+    options (``first_target_steps``, ``gamma``, ``cues``, ...) are keywords.
+    """
+
+    def __init__(self, target: Engine, draft: Engine | None = None, *, strategy: str = "specreason",
+                 judge: str | Judge | None = None, judge_options: dict[str, Any] | None = None,
+                 rules: StepRules = StepRules(), budget: Budget = Budget(), max_concurrency: int = 8,
+                 **strategy_options: Any) -> None:
+        self.strategy = get_strategy(strategy)
+        check_options(self.strategy, strategy_options)
+        if self.strategy.needs_draft and draft is None:
+            raise StrategyError(f"strategy '{strategy}' needs a draft engine; pass draft=... or use 'target-only'")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.target, self.draft = target, draft
+        self.rules, self.budget = rules, budget
+        self.options = strategy_options
+        self.max_concurrency = max_concurrency
+        self.judge = self._build_judge(judge, dict(judge_options or {}))
+        if self.judge is not None and self.judge.needs_target_step and not self.strategy.judge_sees_target_step:
+            raise JudgeError(f"{strategy} cannot use judge '{self.judge.name}': it compares with the target's "
+                             f"step, which {strategy} does not write for every drafted step; use 'score' "
+                             "(or the 'lookahead' strategy)")
+        self._runner: asyncio.Runner | None = None
+        self._owned: list[Engine] = []  # engines from_models built: closed with the reasoner
+
+    def _build_judge(self, judge: str | Judge | None, options: dict[str, Any]) -> Judge | None:
+        if self.strategy.default_judge is None:
+            if judge is not None or options:
+                raise JudgeError(f"strategy '{self.strategy.name}' takes no judge")
+            return None
+        if judge is None or isinstance(judge, str):
+            name = judge or self.strategy.default_judge
+            if name == "score":
+                options.setdefault("step_delimiter", self.rules.delimiter)
+            return make_judge(name, engine=self.target, **options)
+        if options:
+            raise JudgeError("judge_options apply to a judge given by name, not to a judge object")
+        return judge
+
+    @classmethod
+    def from_models(cls, target: str = "qwen2.5-coder-1.5b", draft: str | None = "qwen2.5-coder-0.5b", *,
+                    target_spec: str = "none", draft_spec: str = "none", num_speculative_tokens: int | None = None,
+                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, **options: Any) -> "Reasoner":
+        """A reasoner over in-process vLLM engines for model presets, folders or hub ids.
+
+        ``target_spec``/``draft_spec``: token-level speculation inside each engine
+        (none, ngram, suffix, draft; ``draft`` on the target uses the draft model
+        as its token drafter)."""
+        from engine.models import resolve_model
+        from engine.speculation import speculative_config
+        from engine.vllm_backend import VLLMEngine
+
+        cls(_NotLoaded(target), _NotLoaded(draft) if draft else None, **options)  # bad options fail before any load
+        target_path = resolve_model(target)
+        draft_path = resolve_model(draft) if draft else None
+        if target_spec == "draft" and draft_path is None:
+            raise ValueError("target_spec='draft' drafts tokens with the draft model; give draft=...")
+        if draft_spec == "draft":
+            raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
+        engines = {"target": VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                                        speculative_config=speculative_config(target_spec, draft_model=draft_path,
+                                                                              num_speculative_tokens=num_speculative_tokens))}
+        if draft_path is not None:
+            engines["draft"] = VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                                          speculative_config=speculative_config(draft_spec, num_speculative_tokens=num_speculative_tokens))
+        reasoner = cls(engines["target"], engines.get("draft"), **options)
+        reasoner._owned = list(engines.values())
+        return reasoner
+
+    # -- async API -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the engines (model load; once): solving starts them when needed."""
+        for engine in (self.target, self.draft):
+            if engine is not None:
+                await engine.start()
+
+    async def asolve(self, question: str, on_step: Callable[[StepRecord], None] | None = None) -> Solution:
+        """One problem. Raises :class:`ReasoningError` (with the trace so far) if an engine fails."""
+        await self.start()
+        kwargs: dict[str, Any] = dict(target=self.target, rules=self.rules, budget=self.budget, on_step=on_step,
+                                      **self.options)
+        if self.strategy.needs_draft:
+            kwargs["draft"] = self.draft
+        if self.judge is not None:
+            kwargs["judge"] = self.judge
+        return Solution(question, await self.strategy.run(question, **kwargs))
+
+    async def asolve_many(self, questions: Sequence[str],
+                          on_step: Callable[[int, StepRecord], None] | None = None) -> list[Solution]:
+        """Many problems at once (at most ``max_concurrency`` in flight), so the engines
+        batch their steps. A problem whose engine call fails comes back with ``error``
+        set and its steps so far; the others are unaffected."""
+        for i, q in enumerate(questions):
+            if not q or not q.strip():
+                raise ValueError(f"question {i} is empty; give the problem text to reason about")
+        await self.start()
+        gate = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(i: int, q: str) -> Solution:
+            async with gate:
+                try:
+                    return await self.asolve(q, None if on_step is None else (lambda rec: on_step(i, rec)))
+                except ReasoningError as e:
+                    logger.error("problem %d failed after %d steps: %s", i, len(e.trace.steps), e)
+                    return Solution(q, e.trace)
+
+        return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
+
+    async def aclose(self) -> None:
+        for engine in self._owned:
+            await engine.close()
+
+    async def __aenter__(self) -> "Reasoner":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # -- sync API (its own event loop, kept for the reasoner's life) ------------------
+
+    def _run(self, coro):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError("Reasoner.solve/solve_many run their own event loop; inside async code "
+                               "use `await reasoner.asolve(...)` / `asolve_many(...)`")
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(coro)
+
+    def load(self) -> None:
+        """Start the engines now (sync API); otherwise the first solve does."""
+        self._run(self.start())
+
+    def solve(self, question: str, on_step: Callable[[StepRecord], None] | None = None) -> Solution:
+        return self._run(self.asolve(question, on_step))
+
+    def solve_many(self, questions: Sequence[str],
+                   on_step: Callable[[int, StepRecord], None] | None = None) -> list[Solution]:
+        return self._run(self.asolve_many(questions, on_step))
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.run(self.aclose())
+            self._runner.close()
+            self._runner = None
+        elif self._owned:
+            asyncio.run(self.aclose())
+
+    def __enter__(self) -> "Reasoner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
