@@ -31,7 +31,7 @@ from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
 from engine.vllm_backend import VLLMEngine  # noqa: E402
 from workflows.datasets import load_problems  # noqa: E402
 from orchestrator.prompts import reasoning_messages  # noqa: E402
-from workflows.solve import build_prompt  # noqa: E402
+from orchestrator.stepgen import opening_prompt as build_prompt  # noqa: E402
 
 GiB = 2**30
 

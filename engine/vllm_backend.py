@@ -229,6 +229,12 @@ class VLLMEngine:
             self._tokenizer = self._llm.get_tokenizer()
             logger.info("engine '%s' started in %.1fs", self.name, time.perf_counter() - t0)
 
+    async def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (benchmarks: each run starts cold, whatever ran before)."""
+        await self.start()
+        if not await self._llm.reset_prefix_cache():
+            raise EngineError(f"engine '{self.name}': vLLM could not reset the prefix cache (requests running?)")
+
     async def close(self) -> None:
         if self._llm is not None:
             self._stats.peak_rss_bytes, _ = self._rss()

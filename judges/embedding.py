@@ -12,6 +12,7 @@ rejection without confidence (a cascade escalates it).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Sequence
 
 from judges.base import JudgeError, StepCandidate, Verdict, require_target_steps
@@ -53,7 +54,8 @@ class EmbeddingJudge:
 
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         require_target_steps(self.name, candidates)
-        sims = self.similarities([(c.draft_step, c.target_step) for c in candidates])
+        # in a thread: the event loop keeps serving the engines (lookahead's draft runs ahead meanwhile)
+        sims = await asyncio.to_thread(self.similarities, [(c.draft_step, c.target_step) for c in candidates])
         return [Verdict(self.name, *self._decide(c, sim), score=sim) for c, sim in zip(candidates, sims)]
 
     def _decide(self, c: StepCandidate, sim: float) -> tuple[bool, bool]:

@@ -86,3 +86,28 @@ def test_malformed_data_line_names_file_and_line(tmp_path):
 def test_missing_data_folder_says_how_to_point_at_one(tmp_path):
     with pytest.raises(DatasetError, match="--data-dir"):
         load_problems("gsm8k", tmp_path / "nowhere")
+
+
+@pytest.mark.vllm
+def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
+    from orchestrator.trace import Trace
+    from tiny_models import build_tiny_model
+
+    target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"cli{seed}"), seed=seed, weight_std=0.5,
+                                      tie_word_embeddings=False) for seed in (0, 1))
+    out = tmp_path_factory.mktemp("trace") / "trace.json"
+    r = subprocess.run(
+        [sys.executable, "-c", "from workflows.cli import main; main()", "solve", "How many eggs are left?",
+         "--strategy", "specreason", "--target", str(target), "--draft", str(draft), "--spec", "none",
+         "--delimiter", "ge", "--max-step-tokens", "8", "--max-tokens", "40", "--max-steps", "5",
+         "--kv-cache-gib", "0.25", "--max-model-len", "512", "--trace-out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    trace = Trace.from_json(out.read_text())
+    assert trace.strategy == "specreason" and trace.num_drafted_steps == len(trace.steps) > 0
+    # every step was streamed as it joined the trace, marked by who wrote it
+    marks = r.stdout.count("✓ draft") + r.stdout.count("→ target")
+    assert marks == len(trace.steps)
+    assert r.stdout.count("→ target") == len(trace.steps) - trace.num_accepted_steps
+    assert "stop reason" in r.stdout and trace.stop_reason in r.stdout

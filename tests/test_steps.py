@@ -60,3 +60,18 @@ def test_custom_answer_pattern_and_bad_rules():
         StepRules(answer_patterns=(r"(?P<answer>",))
     with pytest.raises(ValueError, match="non-empty"):
         StepRules(delimiter="")
+
+
+def test_answers_and_thinking_blocks():
+    from orchestrator.steps import inside_thinking
+
+    # the answer after </think> wins over a boxed guess while thinking
+    assert find_answer("<think>maybe \\boxed{17}</think>So the total is \\boxed{18}.") == "18"
+    # nothing after </think>: the thinking's own answer is still found
+    assert find_answer("<think>so \\boxed{17}</think>\n") == "17"
+    assert inside_thinking("<|im_start|>assistant\n<think>\nfirst, 16 - 3")
+    assert not inside_thinking("<think>a</think> b") and not inside_thinking("no tags at all")
+    custom = StepRules(think_start="<reasoning>", think_end="</reasoning>")
+    assert inside_thinking("<reasoning> so", custom)
+    with pytest.raises(ValueError, match="think tags"):
+        StepRules(think_end="")

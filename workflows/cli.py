@@ -151,6 +151,7 @@ def solve(
     timeout: Optional[float] = typer.Option(None, help="Wall-clock budget of the trace, seconds."),
     delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
     kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
+    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
     trace_out: Optional[str] = typer.Option(None, help="Write the trace as JSON here (also on failure)."),
     as_json: bool = typer.Option(False, "--json", help="Print the solution as JSON instead of streaming."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -195,7 +196,7 @@ def solve(
     reasoner = Reasoner.from_models(
         target, draft if chosen.needs_draft or spec == "draft" else None, strategy=strategy,
         target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
-        kv_cache_gib=kv_cache_gib, rules=rules, budget=budget, **judge_kwargs, **options)
+        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, **judge_kwargs, **options)
     engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
     try:
         t0 = time.perf_counter()
