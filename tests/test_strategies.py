@@ -147,49 +147,54 @@ RULES = StepRules(delimiter="ge")
 BUDGET = Budget(max_steps=6, max_tokens=48, max_step_tokens=8)
 
 
-@pytest.mark.vllm
-def test_specreason_invariants_on_real_vllm(tiny_pair, runner):
-    draft, target = tiny_pair
-    opts = dict(rules=RULES, budget=BUDGET)
-    t_only = runner.run(target_only(Q, target=target, **opts))
-    d_only = runner.run(draft_only(Q, draft=draft, **opts))
-    assert t_only.text != d_only.text  # two models that disagree, or the invariants prove nothing
-    rejected = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(False), **opts))
-    accepted = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(True), **opts))
-    # a judge that rejects everything: exactly the target's text; accepts everything: the draft's
-    assert rejected.text == t_only.text and [s.author for s in rejected.steps] == ["target"] * len(rejected.steps)
+def assert_one_model_wrote_it_all(rejected, accepted, t_only, d_only):
+    """A judge that rejects everything gives exactly the target's text; one that
+    accepts everything, the draft's; and the stats add up either way."""
+    assert rejected.text == t_only.text and all(s.author == "target" for s in rejected.steps)
     assert accepted.text == d_only.text and all(s.author == "draft" for s in accepted.steps)
     for trace in (rejected, accepted):
-        # stats add up: trace tokens = kept drafts + target-written; accepted + rejected = drafted
+        # trace tokens = kept drafts + target-written; accepted + rejected = drafted
         kept = sum(s.num_draft_tokens for s in trace.steps if s.accepted)
         assert trace.num_tokens == kept + trace.num_target_tokens
         rejected_steps = sum(1 for s in trace.steps if s.accepted is False)
         assert trace.num_accepted_steps + rejected_steps == trace.num_drafted_steps == len(trace.steps)
         assert set(trace.spec_decoding) == {"draft", "target"}
+        # every token a model wrote is in the trace or counted as discarded work
+        assert trace.num_generated_tokens["target"] >= trace.num_target_tokens
+        assert trace.num_generated_tokens["draft"] >= kept
     assert rejected.num_draft_tokens > 0 and accepted.num_target_tokens == 0
 
 
+@pytest.fixture(scope="module")
+def baselines(tiny_pair, runner):
+    """target-only and draft-only traces of Q on the tiny pair."""
+    draft, target = tiny_pair
+    t_only = runner.run(target_only(Q, target=target, rules=RULES, budget=BUDGET))
+    d_only = runner.run(draft_only(Q, draft=draft, rules=RULES, budget=BUDGET))
+    assert t_only.text != d_only.text  # two models that disagree, or the invariants prove nothing
+    return t_only, d_only
+
+
 @pytest.mark.vllm
-def test_lookahead_and_spec_thinking_invariants_on_real_vllm(tiny_pair, runner):
+def test_specreason_invariants_on_real_vllm(tiny_pair, baselines, runner):
+    (draft, target), (t_only, d_only) = tiny_pair, baselines
+    opts = dict(rules=RULES, budget=BUDGET)
+    rejected = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(False), **opts))
+    accepted = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(True), **opts))
+    assert_one_model_wrote_it_all(rejected, accepted, t_only, d_only)
+
+
+@pytest.mark.vllm
+def test_lookahead_and_spec_thinking_invariants_on_real_vllm(tiny_pair, baselines, runner):
     from orchestrator.lookahead import lookahead
     from orchestrator.spec_thinking import spec_thinking
 
-    draft, target = tiny_pair
+    (draft, target), (t_only, d_only) = tiny_pair, baselines
     opts = dict(rules=RULES, budget=BUDGET)
-    t_only = runner.run(target_only(Q, target=target, **opts))
-    d_only = runner.run(draft_only(Q, draft=draft, **opts))
     for gamma in (1, 3):
         rejected = runner.run(lookahead(Q, draft=draft, target=target, judge=FixedJudge(False), gamma=gamma, **opts))
         accepted = runner.run(lookahead(Q, draft=draft, target=target, judge=FixedJudge(True), gamma=gamma, **opts))
-        assert rejected.text == t_only.text and all(s.author == "target" for s in rejected.steps)
-        assert accepted.text == d_only.text and all(s.author == "draft" for s in accepted.steps)
-        for trace in (rejected, accepted):
-            kept = sum(s.num_draft_tokens for s in trace.steps if s.accepted)
-            assert trace.num_tokens == kept + trace.num_target_tokens
-            rejected_steps = sum(1 for s in trace.steps if s.accepted is False)
-            assert trace.num_accepted_steps + rejected_steps == trace.num_drafted_steps == len(trace.steps)
-            # every token a model wrote is either in the trace or counted as discarded work
-            assert trace.num_generated_tokens["target"] >= trace.num_target_tokens
+        assert_one_model_wrote_it_all(rejected, accepted, t_only, d_only)
         # accept-all: the target verified every kept step in batches, fewer calls than steps
         assert accepted.num_generate_calls["target"] < len(accepted.steps) or gamma == 1
     # spec-thinking: a cue that never opens a step leaves the draft's text; one that
