@@ -108,7 +108,8 @@ class Reasoner:
     def from_models(cls, target: str = "qwen2.5-coder-1.5b", draft: str | None = "qwen2.5-coder-0.5b", *,
                     target_spec: str = "none", draft_spec: str = "none", num_speculative_tokens: int | None = None,
                     kv_cache_gib: float = 1.0, max_model_len: int = 4096, **options: Any) -> "Reasoner":
-        """A reasoner over in-process vLLM engines for model presets, folders or hub ids.
+        """A reasoner over in-process vLLM engines for model presets, folders or hub ids
+        (the draft engine only for strategies that draft steps).
 
         ``target_spec``/``draft_spec``: token-level speculation inside each engine
         (none, ngram, suffix, draft; ``draft`` on the target uses the draft model
@@ -127,7 +128,7 @@ class Reasoner:
         engines = {"target": VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
                                         speculative_config=speculative_config(target_spec, draft_model=draft_path,
                                                                               num_speculative_tokens=num_speculative_tokens))}
-        if draft_path is not None:
+        if draft_path is not None and get_strategy(options.get("strategy", "specreason")).needs_draft:
             engines["draft"] = VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
                                           speculative_config=speculative_config(draft_spec, num_speculative_tokens=num_speculative_tokens))
         reasoner = cls(engines["target"], engines.get("draft"), **options)

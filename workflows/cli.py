@@ -194,7 +194,7 @@ def solve(
     if chosen.default_judge is None and (judge or judge_options):
         raise ValueError(f"strategy '{strategy}' takes no judge")
     reasoner = Reasoner.from_models(
-        target, draft if chosen.needs_draft or spec == "draft" else None, strategy=strategy,
+        target, draft, strategy=strategy,
         target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
         kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, **judge_kwargs, **options)
     engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
