@@ -190,13 +190,11 @@ def solve(
             judge_options[key] = value
     rules = StepRules(delimiter=_unescape(delimiter))
     budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_seconds=timeout)
-    judge_kwargs = {"judge": judge, "judge_options": judge_options} if chosen.default_judge else {}
-    if chosen.default_judge is None and (judge or judge_options):
-        raise ValueError(f"strategy '{strategy}' takes no judge")
     reasoner = Reasoner.from_models(
         target, draft, strategy=strategy,
         target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
-        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, **judge_kwargs, **options)
+        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge, judge_options=judge_options,
+        **options)
     engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
     try:
         t0 = time.perf_counter()
