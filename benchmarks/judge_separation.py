@@ -1,0 +1,58 @@
+"""Does the judge's score tell right steps from wrong ones? Read from a step benchmark's samples.
+
+Only steps the ``score`` judge decided count (a cascade's other rungs score on
+other scales). The cleanest label a GSM8K run has is the final step: the one holding the
+answer is right or wrong. For every judged final step of ``--strategy``, this
+prints the judge's scores for right and wrong answers, the AUC (the chance that
+a right final step outscores a wrong one; 0.5 is no signal) and, per
+threshold, the share of right and of wrong final steps that would be accepted.
+
+    python benchmarks/judge_separation.py results/step_strategies/samples_*.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+
+def auc(positive: list[float], negative: list[float]) -> float | None:
+    if not positive or not negative:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positive for n in negative)
+    return wins / (len(positive) * len(negative))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("samples")
+    p.add_argument("--strategy", default="specreason")
+    args = p.parse_args()
+    right, wrong, every = [], [], []
+    with open(args.samples) as f:
+        for line in f:
+            row = json.loads(line)
+            if row["strategy"] != args.strategy:
+                continue
+            judged = [s for s in row["trace"]["steps"] if s["judge"] == "score" and s["score"] is not None]
+            every.extend(s["score"] for s in judged)
+            final = [s for s in judged if "\\boxed" in (s["draft_text"] or "")]
+            if final:
+                (right if row["correct"] else wrong).append(final[-1]["score"])
+    if not every:
+        raise SystemExit(f"no judged steps of strategy '{args.strategy}' in {args.samples}")
+    print(f"{len(every)} judged steps: score median {statistics.median(every):.2f}, "
+          f"range {min(every):.2f}-{max(every):.2f}")
+    print(f"final steps: {len(right)} right (median {statistics.median(right) if right else float('nan'):.2f}), "
+          f"{len(wrong)} wrong (median {statistics.median(wrong) if wrong else float('nan'):.2f}); "
+          f"AUC {auc(right, wrong) if auc(right, wrong) is not None else float('nan'):.2f}")
+    print(f"{'threshold':>10}{'right kept':>12}{'wrong kept':>12}")
+    for t in (6.0, 7.0, 7.5, 8.0, 8.25, 8.5, 8.75, 9.0):
+        kept_right = sum(s >= t for s in right) / len(right) if right else float("nan")
+        kept_wrong = sum(s >= t for s in wrong) / len(wrong) if wrong else float("nan")
+        print(f"{t:>10.2f}{kept_right:>12.2f}{kept_wrong:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
