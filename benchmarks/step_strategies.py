@@ -49,6 +49,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-cache-gib", type=float, default=1.0)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--out", default="results/step_strategies")
+    p.add_argument("--resume", default=None, metavar="SAMPLES_JSONL",
+                   help="append to this samples file, skipping the (problem, strategy) runs it already holds; "
+                        "the summary covers all of them")
     return p.parse_args()
 
 
@@ -113,15 +116,19 @@ async def main(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    samples_path = out / f"samples_{stamp}.jsonl"
-    rows = []
+    samples_path = Path(args.resume) if args.resume else out / f"samples_{stamp}.jsonl"
+    rows = [json.loads(line) for line in samples_path.open()] if args.resume else []
+    done = {(r["index"], r["strategy"]) for r in rows}
+    summarized = strategies + [s for s in dict.fromkeys(r["strategy"] for r in rows) if s not in strategies]
     print(f"engines started in {startup:.0f} s; {len(problems)} problems x {strategies}", flush=True)
     try:
-        with samples_path.open("w") as samples:
+        with samples_path.open("a") as samples:
             for i, p in enumerate(problems):
                 reference = gsm8k_reference(p.reference)
                 order = strategies[i % len(strategies):] + strategies[: i % len(strategies)]
                 for s in order:
+                    if (i, s) in done:
+                        continue
                     await target.reset_prefix_cache()
                     await draft.reset_prefix_cache()
                     try:
@@ -141,7 +148,7 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         await target.close()
         await draft.close()
-    summary = summarize(rows, strategies)
+    summary = summarize(rows, summarized)
     results = {"settings": vars(args), "startup_seconds": startup, "summary": summary,
                "samples": str(samples_path)}
     (out / f"results_{stamp}.json").write_text(json.dumps(results, indent=2))
