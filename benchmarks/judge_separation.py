@@ -8,13 +8,22 @@ a right final step outscores a wrong one; 0.5 is no signal) and, per
 threshold, the share of right and of wrong final steps that would be accepted.
 
     python benchmarks/judge_separation.py results/step_strategies/samples_*.jsonl
+
+``--rescore``: start the target and score the final step of every trace in
+the file (any strategy: target-only traces give right and wrong final steps
+too) with the default rubric and each ``--rubric``, to compare prompts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def auc(positive: list[float], negative: list[float]) -> float | None:
@@ -24,11 +33,47 @@ def auc(positive: list[float], negative: list[float]) -> float | None:
     return wins / (len(positive) * len(negative))
 
 
+async def rescore(samples: str, rubrics: list[str], target: str) -> None:
+    from engine.models import resolve_model
+    from engine.vllm_backend import VLLMEngine
+    from judges.base import StepCandidate
+    from judges.score import DEFAULT_RUBRIC, ScoreJudge
+    from orchestrator.prompts import opening_messages
+
+    finals = []  # (correct, candidate)
+    with open(samples) as f:
+        for line in f:
+            row = json.loads(line)
+            steps = [s["text"] for s in row["trace"]["steps"]]
+            at = [i for i, t in enumerate(steps) if "\\boxed" in t]
+            if at:
+                q = row["trace"]["question"]
+                finals.append((row["correct"], StepCandidate(q, tuple(steps[:at[-1]]), steps[at[-1]],
+                                                             opening_messages=opening_messages(q))))
+    engine = VLLMEngine(resolve_model(target), name="target", kv_cache_gib=1.0)
+    try:
+        for rubric in [DEFAULT_RUBRIC, *rubrics]:
+            verdicts = await ScoreJudge(engine, rubric=rubric).judge([c for _, c in finals])
+            right = [v.score for (ok, _), v in zip(finals, verdicts) if ok and v.score is not None]
+            wrong = [v.score for (ok, _), v in zip(finals, verdicts) if not ok and v.score is not None]
+            a = auc(right, wrong)
+            print(f"rubric {rubric[:70]!r}...: {len(right)} right (median {statistics.median(right):.2f}), "
+                  f"{len(wrong)} wrong (median {statistics.median(wrong):.2f}), AUC {a:.2f}", flush=True)
+    finally:
+        await engine.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("samples")
     p.add_argument("--strategy", default="specreason")
+    p.add_argument("--rescore", action="store_true", help="score every final step again with the target")
+    p.add_argument("--rubric", action="append", default=[], help="another rubric to compare (with --rescore)")
+    p.add_argument("--target", default="qwen2.5-coder-1.5b")
     args = p.parse_args()
+    if args.rescore:
+        asyncio.run(rescore(args.samples, args.rubric, args.target))
+        return
     right, wrong, every = [], [], []
     with open(args.samples) as f:
         for line in f:

@@ -95,6 +95,7 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
         judge_opening = opening_messages(question)
         while (stop := run.stop_reason()) is None:
             drafted = await (next_round or draft_ahead(list(run.steps), control.gamma))
+            next_round = None
             if not drafted:  # drafting stopped where the trace stops (a timeout in between)
                 continue
             as_drafted = [*run.steps] + [written_step(len(run.steps) + i, "draft", s) for i, s in enumerate(drafted)]
