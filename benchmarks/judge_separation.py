@@ -51,6 +51,7 @@ async def rescore(samples: str, rubrics: list[str], target: str) -> None:
                 finals.append((row["correct"], StepCandidate(q, tuple(steps[:at[-1]]), steps[at[-1]],
                                                              opening_messages=opening_messages(q))))
     engine = VLLMEngine(resolve_model(target), name="target", kv_cache_gib=1.0)
+    await engine.start()
     try:
         for rubric in [DEFAULT_RUBRIC, *rubrics]:
             verdicts = await ScoreJudge(engine, rubric=rubric).judge([c for _, c in finals])
