@@ -30,7 +30,7 @@ from engine.speculation import speculative_config  # noqa: E402
 from engine.vllm_backend import VLLMEngine  # noqa: E402
 from orchestrator.reasoner import Reasoner  # noqa: E402
 from orchestrator.run import Budget, ReasoningError  # noqa: E402
-from workflows.answers import extract_answer, gsm8k_reference  # noqa: E402
+from workflows.answers import gsm8k_reference, trace_answer  # noqa: E402
 from workflows.datasets import load_problems  # noqa: E402
 
 
@@ -135,7 +135,7 @@ async def main(args: argparse.Namespace) -> None:
                         trace = (await reasoners[s].asolve(p.question)).trace
                     except ReasoningError as e:
                         trace = e.trace
-                    answer = extract_answer(trace.text) if trace.answer is not None else None
+                    answer = trace_answer(trace)
                     row = {"index": i, "strategy": s, "answer": answer, "reference": reference,
                            "correct": answer == reference, "seconds": trace.seconds, "error": trace.error,
                            "stats": trace.stats(), "trace": json.loads(trace.to_json())}

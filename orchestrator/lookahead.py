@@ -32,7 +32,7 @@ from typing import Callable
 from engine.protocol import Engine, EngineError
 from judges.base import Judge, StepCandidate
 from orchestrator.prompts import opening_messages
-from orchestrator.run import Budget, ReasoningError, TraceRun, written_step
+from orchestrator.run import Budget, ReasoningError, TraceRun, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
@@ -117,9 +117,7 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
             for step, mine, verdict in zip(drafted, own, verdicts):
                 if run.stop_reason() is not None:
                     break
-                judged = dict(draft_text=step.text, accepted=verdict.accept, score=verdict.score,
-                              judge=verdict.judge, num_draft_tokens=step.num_tokens, draft_seconds=step.seconds,
-                              judge_seconds=judge_seconds)
+                judged = judged_fields(step, verdict, judge_seconds)
                 if verdict.accept:
                     run.add(written_step(len(run.steps), "draft", step, num_verify_tokens=mine.num_tokens,
                                          **judged), step.ends)

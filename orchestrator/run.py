@@ -20,9 +20,6 @@ from orchestrator.stepgen import GeneratedStep, generate_steps, step_prompt
 from orchestrator.steps import StepRules, find_answer
 from orchestrator.trace import StepRecord, Trace, join_steps
 
-# Stop reasons of a finished trace (TraceRun.stop_reason, Trace.stop_reason).
-STOP_REASONS = ("answer", "eos", "repetition", "max_steps", "max_tokens", "timeout", "error")
-
 
 @dataclass(frozen=True)
 class Budget:
@@ -86,6 +83,12 @@ def written_step(index: int, author: str, step: GeneratedStep, **judged: Any) ->
     """The record of a step ``author`` ("draft" or "target") wrote, with any verdict fields."""
     fields: dict[str, Any] = {f"num_{author}_tokens": step.num_tokens, f"{author}_seconds": step.seconds}
     return StepRecord(index, author, step.text, complete=step.complete, **{**fields, **judged})
+
+
+def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float = 0.0) -> dict[str, Any]:
+    """The record fields of a drafted step and the verdict on it, for :func:`written_step`."""
+    return dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score, judge=verdict.judge,
+                num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds, judge_seconds=judge_seconds)
 
 
 class TraceRun:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from engine.protocol import Engine, EngineError
-from orchestrator.run import Budget, ReasoningError, TraceRun, written_step
+from judges.base import Verdict
+from orchestrator.run import Budget, ReasoningError, TraceRun, judged_fields, written_step
 from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
@@ -63,8 +64,7 @@ async def spec_thinking(question: str, *, draft: Engine, target: Engine, rules: 
             # Hand-over rule: the draft turned to reflect, so its step is dropped and
             # the target writes whole steps from the same prefix until it has written
             # takeover_tokens tokens; then the draft leads again.
-            handed = dict(draft_text=drafted.text, accepted=False, judge=f"cue:{cue}",
-                          num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds)
+            handed = judged_fields(drafted, Verdict(f"cue:{cue}", accept=False))
             num_written = 0
             while num_written < takeover_tokens and run.stop_reason() is None:
                 (own,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules,

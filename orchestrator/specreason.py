@@ -20,7 +20,7 @@ from typing import Callable
 from engine.protocol import Engine, EngineError
 from judges.base import Judge, JudgeError, StepCandidate
 from orchestrator.prompts import opening_messages
-from orchestrator.run import Budget, ReasoningError, TraceRun, written_step
+from orchestrator.run import Budget, ReasoningError, TraceRun, judged_fields, written_step
 from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
@@ -51,9 +51,7 @@ async def specreason(question: str, *, draft: Engine, target: Engine, judge: Jud
             t0 = time.perf_counter()
             (verdict,) = await run.judge(judge, [StepCandidate(question, run.step_texts, drafted.text,
                                                                opening_messages=judge_opening)])
-            judged = dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score,
-                          judge=verdict.judge, num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds,
-                          judge_seconds=time.perf_counter() - t0)
+            judged = judged_fields(drafted, verdict, time.perf_counter() - t0)
             # Acceptance rule: a drafted step the judge accepts joins the trace as
             # written; a rejected one is discarded and the target writes this step
             # itself from the same prefix (the draft's text stays in the record).

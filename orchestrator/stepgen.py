@@ -30,10 +30,6 @@ class GeneratedStep:
     ends: str | None
     seconds: float
 
-    @property
-    def ends_trace(self) -> bool:
-        return self.ends == "trace"
-
 
 def opening_prompt(engine: Engine, question: str) -> str:
     """The reasoning chat rendered by ``engine``'s template, up to the assistant's turn.

@@ -37,3 +37,15 @@ def test_gsm8k_reference():
     assert gsm8k_reference("... #### 1,000") == "1000"
     with pytest.raises(ValueError):
         gsm8k_reference("no marker")
+
+
+def test_trace_answer_is_canonical_and_only_from_a_found_answer():
+    from orchestrator.trace import StepRecord, Trace
+    from workflows.answers import trace_answer
+
+    def trace(*texts, answer):
+        steps = tuple(StepRecord(i, "target", t) for i, t in enumerate(texts))
+        return Trace("q", "target-only", steps, answer=answer, stop_reason="answer", seconds=0.0)
+
+    assert trace_answer(trace("She sells 1,000 eggs.", "\\boxed{\\$1,000.00}", answer="\\$1,000.00")) == "1000"
+    assert trace_answer(trace("16 - 3 = 13", answer=None)) is None

@@ -21,6 +21,12 @@ def extract_answer(response: str) -> str | None:
     return normalize_number(response)
 
 
+def trace_answer(trace) -> str | None:
+    """A reasoning trace's final answer, canonical as :func:`extract_answer` makes it;
+    None when the trace found no answer (a bare number in its text does not count)."""
+    return extract_answer(trace.text) if trace.answer is not None else None
+
+
 def gsm8k_reference(solution: str) -> str:
     """The number after ``####`` in a GSM8K reference solution."""
     tail = solution.rsplit("####", 1)[-1]

@@ -163,7 +163,7 @@ def solve(
     from orchestrator.run import Budget, ReasoningError
     from orchestrator.steps import StepRules
     from orchestrator.strategies import get_strategy
-    from workflows.answers import extract_answer, gsm8k_reference
+    from workflows.answers import extract_answer, gsm8k_reference, trace_answer
     from workflows.datasets import load_problems
 
     reference = None
@@ -217,7 +217,7 @@ def solve(
     trace = solution.trace
     if trace_out:
         _save_trace(trace, trace_out)
-    answer = extract_answer(trace.text) if trace.answer is not None else None
+    answer = trace_answer(trace)
     correct = None if reference is None else (answer is not None and extract_answer(reference) == answer)
     if as_json:
         console.print_json(json.dumps({"question": question, "answer": trace.answer, "reference": reference,
