@@ -7,7 +7,9 @@ prints the judge's scores for right and wrong answers, the AUC (the chance that
 a right final step outscores a wrong one; 0.5 is no signal) and, per
 threshold, the share of right and of wrong final steps that would be accepted.
 
-    python benchmarks/judge_separation.py results/step_strategies/samples_*.jsonl
+    python benchmarks/judge_separation.py runs/RUN/samples_gsm8k_specreason.jsonl
+
+(any samples file of ``stepspec bench``; correctness is the grader's primary metric).
 
 ``--rescore``: start the target and score the final step of every trace in
 the file (any strategy: target-only traces give right and wrong final steps
@@ -24,6 +26,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def is_correct(row: dict) -> bool:
+    """A sample's correctness under its grader's primary (first) metric."""
+    return bool(next(iter(row["correct"].values())))
 
 
 def auc(positive: list[float], negative: list[float]) -> float | None:
@@ -48,7 +55,7 @@ async def rescore(samples: str, rubrics: list[str], target: str) -> None:
             at = [i for i, t in enumerate(steps) if "\\boxed" in t]
             if at:
                 q = row["trace"]["question"]
-                finals.append((row["correct"], StepCandidate(q, tuple(steps[:at[-1]]), steps[at[-1]],
+                finals.append((is_correct(row), StepCandidate(q, tuple(steps[:at[-1]]), steps[at[-1]],
                                                              opening_messages=opening_messages(q))))
     engine = VLLMEngine(resolve_model(target), name="target", kv_cache_gib=1.0)
     await engine.start()
@@ -85,7 +92,7 @@ def main() -> None:
             every.extend(s["score"] for s in judged)
             final = [s for s in judged if "\\boxed" in (s["draft_text"] or "")]
             if final:
-                (right if row["correct"] else wrong).append(final[-1]["score"])
+                (right if is_correct(row) else wrong).append(final[-1]["score"])
     if not every:
         raise SystemExit(f"no judged steps of strategy '{args.strategy}' in {args.samples}")
     print(f"{len(every)} judged steps: score median {statistics.median(every):.2f}, "

@@ -37,5 +37,6 @@ async def target_only(question: str, *, target: Engine, **options) -> Trace:
     return await single_model(question, target, "target", **options)
 
 
-async def draft_only(question: str, *, draft: Engine, **options) -> Trace:
+async def draft_only(question: str, *, draft: Engine, target: Engine | None = None, **options) -> Trace:
+    """The draft alone (``target`` is accepted, as every strategy gets one, and unused)."""
     return await single_model(question, draft, "draft", **options)

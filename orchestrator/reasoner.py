@@ -60,6 +60,35 @@ class _NotLoaded:
         raise RuntimeError(f"engine '{self.name}' is not loaded (configuration check only)")
 
 
+def build_engines(target: str, draft: str | None, *, target_spec: str = "none", draft_spec: str = "none",
+                  num_speculative_tokens: int | None = None, kv_cache_gib: float = 1.0, max_model_len: int = 4096,
+                  draft_engine: bool = True) -> tuple[Engine, Engine | None]:
+    """In-process vLLM engines (not started) for model presets, folders or hub ids.
+
+    ``target_spec``/``draft_spec``: token-level speculation inside each engine
+    (none, ngram, suffix, draft; ``draft`` on the target uses the draft model as
+    its token drafter). ``draft_engine=False``: no engine for the draft model
+    (it may still draft tokens inside the target)."""
+    from engine.models import resolve_model
+    from engine.speculation import speculative_config
+    from engine.vllm_backend import VLLMEngine
+
+    target_path = resolve_model(target)
+    draft_path = resolve_model(draft) if draft else None
+    if target_spec == "draft" and draft_path is None:
+        raise ValueError("target_spec='draft' drafts tokens with the draft model; give draft=...")
+    if draft_spec == "draft":
+        raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
+    target_engine = VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                               speculative_config=speculative_config(target_spec, draft_model=draft_path,
+                                                                     num_speculative_tokens=num_speculative_tokens))
+    if draft_path is None or not draft_engine:
+        return target_engine, None
+    return target_engine, VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                                     speculative_config=speculative_config(draft_spec,
+                                                                           num_speculative_tokens=num_speculative_tokens))
+
+
 class Reasoner:
     """Answers questions with ``strategy`` over a ``target`` and (most strategies) a ``draft``.
 
@@ -114,25 +143,14 @@ class Reasoner:
         ``target_spec``/``draft_spec``: token-level speculation inside each engine
         (none, ngram, suffix, draft; ``draft`` on the target uses the draft model
         as its token drafter)."""
-        from engine.models import resolve_model
-        from engine.speculation import speculative_config
-        from engine.vllm_backend import VLLMEngine
-
         cls(_NotLoaded(target), _NotLoaded(draft) if draft else None, **options)  # bad options fail before any load
-        target_path = resolve_model(target)
-        draft_path = resolve_model(draft) if draft else None
-        if target_spec == "draft" and draft_path is None:
-            raise ValueError("target_spec='draft' drafts tokens with the draft model; give draft=...")
-        if draft_spec == "draft":
-            raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
-        engines = {"target": VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
-                                        speculative_config=speculative_config(target_spec, draft_model=draft_path,
-                                                                              num_speculative_tokens=num_speculative_tokens))}
-        if draft_path is not None and get_strategy(options.get("strategy", "specreason")).needs_draft:
-            engines["draft"] = VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
-                                          speculative_config=speculative_config(draft_spec, num_speculative_tokens=num_speculative_tokens))
-        reasoner = cls(engines["target"], engines.get("draft"), **options)
-        reasoner._owned = list(engines.values())
+        needs_draft = get_strategy(options.get("strategy", "specreason")).needs_draft
+        target_engine, draft_engine = build_engines(
+            target, draft if needs_draft or target_spec == "draft" else None, target_spec=target_spec,
+            draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len, draft_engine=needs_draft)
+        reasoner = cls(target_engine, draft_engine, **options)
+        reasoner._owned = [e for e in (target_engine, draft_engine) if e is not None]
         return reasoner
 
     # -- async API -----------------------------------------------------------------

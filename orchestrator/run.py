@@ -55,19 +55,44 @@ class StepDelimiterError(ReasoningError):
     """Steps keep hitting the token cap and the delimiter never appears."""
 
 
+class ModelClock:
+    """Wall time during which at least one of a trace's model calls is in flight
+    (calls overlap in lookahead: the union is counted, not the sum). A trace's
+    orchestration time is its wall time minus this."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    def __enter__(self) -> "ModelClock":
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self.seconds += time.perf_counter() - self._since
+
+
 class CountingEngine:
     """An engine as one trace sees it: this trace's generation calls, generated
-    tokens and token-level speculation counters; everything else is the engine's."""
+    tokens, token-level speculation counters and time in model calls; everything
+    else is the engine's."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, clock: ModelClock | None = None) -> None:
         self.engine = engine
+        self.clock = clock or ModelClock()
         self.num_generate_calls = 0
         self.num_generated_tokens = 0  # kept or not: all the tokens this trace asked for
         self.spec_decoding = SpecDecodingStats()
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.num_generate_calls += 1
-        results = await self.engine.generate(requests)
+        with self.clock:
+            results = await self.engine.generate(requests)
         for r in results:
             for c in r.completions:
                 self.num_generated_tokens += c.num_output_tokens
@@ -102,7 +127,8 @@ class TraceRun:
         self.strategy = strategy
         self.rules = rules
         self.budget = budget
-        self.engines = {role: CountingEngine(e) for role, e in engines.items()}
+        self.clock = ModelClock()  # generation and judge calls: the models' share of the wall time
+        self.engines = {role: CountingEngine(e, self.clock) for role, e in engines.items()}
         self.on_step = on_step
         self.steps: list[StepRecord] = []
         self.ended: str | None = None  # "answer", "eos" or "thinking" once a step ends it
@@ -142,7 +168,8 @@ class TraceRun:
                 self.finish("error", error="step delimiter never appeared"))
 
     async def judge(self, judge: Judge, candidates: Sequence[StepCandidate]) -> list[Verdict]:
-        verdicts = await judge.judge(candidates)
+        with self.clock:
+            verdicts = await judge.judge(candidates)
         self.num_judge_calls += sum(v.num_judge_calls for v in verdicts)
         return verdicts
 
@@ -188,6 +215,7 @@ class TraceRun:
             num_generate_calls={role: e.num_generate_calls for role, e in self.engines.items()},
             num_generated_tokens={role: e.num_generated_tokens for role, e in self.engines.items()},
             num_judge_calls=self.num_judge_calls,
+            model_seconds=self.clock.seconds,
             error=error,
             delimiter=self.rules.delimiter,
         )

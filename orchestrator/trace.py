@@ -58,6 +58,9 @@ class Trace:
     num_generate_calls: dict[str, int] = field(default_factory=dict)
     num_generated_tokens: dict[str, int] = field(default_factory=dict)
     num_judge_calls: int = 0  # model calls the judge made (prompts scored)
+    # Wall time with at least one model call (generation or judge) in flight; the
+    # rest of ``seconds`` is orchestration: step splitting, prompts, bookkeeping.
+    model_seconds: float = 0.0
     error: str | None = None
     delimiter: str = "\n\n"
 
@@ -108,6 +111,7 @@ class Trace:
         return {
             "stop_reason": self.stop_reason,
             "seconds": self.seconds,
+            "model_seconds": self.model_seconds,
             "num_steps": len(self.steps),
             "num_drafted_steps": self.num_drafted_steps,
             "num_accepted_steps": self.num_accepted_steps,

@@ -163,17 +163,15 @@ def solve(
     from orchestrator.run import Budget, ReasoningError
     from orchestrator.steps import StepRules
     from orchestrator.strategies import get_strategy
-    from workflows.answers import extract_answer, gsm8k_reference, trace_answer
-    from workflows.datasets import load_problems
+    from workflows.datasets import load_dataset
+    from workflows.graders import get_grader
 
-    reference = None
+    reference = grader = None
     if question is None:
-        problems = load_problems(dataset, data_dir)
-        if not 0 <= index < len(problems):
-            raise DatasetError(f"--index {index} is out of range: {dataset} has {len(problems)} problems")
-        problem = problems[index]
-        question = problem.question
-        reference = gsm8k_reference(problem.reference) if dataset == "gsm8k" else problem.reference
+        data = load_dataset(dataset, data_dir)
+        if not 0 <= index < len(data.problems):
+            raise DatasetError(f"--index {index} is out of range: {dataset} has {len(data.problems)} problems")
+        question, reference, grader = data.problems[index].question, data.problems[index].reference, get_grader(data.grader)
     if not question.strip():
         raise ValueError("the question is empty; give the problem text to reason about")
     chosen = get_strategy(strategy)
@@ -217,8 +215,9 @@ def solve(
     trace = solution.trace
     if trace_out:
         _save_trace(trace, trace_out)
-    answer = trace_answer(trace)
-    correct = None if reference is None else (answer is not None and extract_answer(reference) == answer)
+    correct = None if grader is None else grader.grade(trace.text, reference)[grader.metrics[0]].correct
+    if reference is not None:
+        reference = grader.gold(reference)
     if as_json:
         console.print_json(json.dumps({"question": question, "answer": trace.answer, "reference": reference,
                                        "correct": correct, "startup_seconds": startup, "stats": solution.stats,
@@ -248,6 +247,174 @@ def solve(
             table.add_row(f"{role} token speculation",
                           f"acceptance {sd['acceptance_rate']:.2f}, {sd['mean_acceptance_length']:.2f} tokens per pass")
     console.print(table)
+
+
+bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 or your JSONL.")
+app.add_typer(bench_app, name="bench")
+
+
+def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: Optional[int],
+                      max_gamma: Optional[int], lookahead_judge: Optional[str], opts: list[str]) -> dict:
+    """Per-strategy Reasoner keywords from the shortcut flags and --opt STRATEGY.KEY=VALUE
+    (KEY ``judge`` or ``judge.NAME`` for a judge option)."""
+    options: dict[str, dict] = {}
+    if threshold is not None and "specreason" in strategies:
+        options.setdefault("specreason", {}).setdefault("judge_options", {})["threshold"] = threshold
+    for key, value in (("gamma", gamma), ("max_gamma", max_gamma), ("judge", lookahead_judge)):
+        if value is not None and "lookahead" in strategies:
+            options.setdefault("lookahead", {})[key] = value
+    for item in opts:
+        target, sep, value = item.partition("=")
+        strategy, dot, key = target.partition(".")
+        if not sep or not dot or not key:
+            raise ValueError(f"--opt wants STRATEGY.KEY=VALUE, got {item!r} (e.g. --opt specreason.first_target_steps=1)")
+        if strategy not in strategies:
+            raise ValueError(f"--opt {item!r}: strategy '{strategy}' is not in --strategies ({','.join(strategies)})")
+        parsed = _parse_judge_opts([f"{key}={value}"])
+        if key.startswith("judge."):
+            options.setdefault(strategy, {}).setdefault("judge_options", {})[key[len("judge."):]] = parsed[key]
+        else:
+            options.setdefault(strategy, {})[key] = parsed[key]
+    return options
+
+
+class _LiveProgress:
+    """A rich progress bar per strategy: problems done, running accuracy and step acceptance."""
+
+    def __init__(self, progress) -> None:
+        self.progress, self.metric = progress, ""
+        self.tasks: dict[str, int] = {}
+        self.seen: dict[str, list[dict]] = {}
+
+    def _describe(self, strategy: str) -> str:
+        rows = self.seen[strategy]
+        if not rows:
+            return f"{strategy:<14}"
+        acc = sum(r["correct"][self.metric] for r in rows) / len(rows)
+        drafted = sum(r["stats"]["num_drafted_steps"] for r in rows)
+        accepted = sum(r["stats"]["num_accepted_steps"] for r in rows)
+        steps = f"  steps accepted {accepted / drafted:.0%}" if drafted else ""
+        return f"{strategy:<14} acc {acc:.0%}{steps}"
+
+    def start(self, strategies, num_problems, done, metric) -> None:
+        self.metric = metric
+        for s in strategies:
+            self.seen[s] = list(done[s])
+            self.tasks[s] = self.progress.add_task(self._describe(s), total=num_problems, completed=len(done[s]))
+
+    def sample(self, record) -> None:
+        s = record["strategy"]
+        self.seen[s].append(record)
+        self.progress.update(self.tasks[s], advance=1, description=self._describe(s))
+        mark = "ok " if record["correct"][self.metric] else "bad"
+        self.progress.console.print(
+            f"[dim]#{record['doc_id']:<5}[/] {s:<14} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
+            f"{record['seconds']:6.1f} s  {record['stats']['num_tokens']:5d} tok", highlight=False)
+
+
+def _print_results(results: dict, run_dir: str) -> None:
+    from workflows.report import table
+
+    header, rows = table(results["results"], results["run"]["metrics"])
+    out = Table(*header, title=f"{os.path.basename(results['config']['dataset'])}: {results['status']}")
+    for row in rows:
+        out.add_row(*row)
+    (console if console.is_terminal else Console(width=180)).print(out)  # a log file gets the whole table
+    console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
+
+
+@bench_app.callback(invoke_without_command=True)
+def bench(
+    ctx: typer.Context,
+    dataset: str = typer.Option("gsm8k", help="gsm8k, aime24, aime25, math500, or a JSONL file."),
+    data_dir: Optional[str] = typer.Option(None, help="Folder with the benchmark JSONL files "
+                                           "(default: $STEPSPEC_DATA_DIR, then ../shared/data)."),
+    source: str = typer.Option("local", help="local files, or hub (Hugging Face, needs internet and `datasets`)."),
+    question_field: Optional[str] = typer.Option(None, help="JSONL field holding the question."),
+    answer_field: Optional[str] = typer.Option(None, help="JSONL field holding the reference answer."),
+    grader: Optional[str] = typer.Option(None, help="gsm8k, aime, math or numeric (default: the dataset's)."),
+    skip_bad_lines: bool = typer.Option(False, help="Skip malformed data lines (listed in the results) "
+                                        "instead of stopping."),
+    limit: Optional[int] = typer.Option(None, help="At most this many problems."),
+    offset: int = typer.Option(0, help="Skip this many problems first."),
+    sample: Optional[int] = typer.Option(None, help="A random sample of this many problems (seeded)."),
+    seed: int = typer.Option(0, help="Seed of --sample."),
+    strategies: str = typer.Option("target-only,specreason,lookahead", help="Comma-separated strategies."),
+    threshold: Optional[float] = typer.Option(None, help="specreason: score threshold (0-9)."),
+    gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
+    max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
+    lookahead_judge: Optional[str] = typer.Option(None, help="lookahead: judge (default cascade)."),
+    opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge options as "
+                                   "STRATEGY.judge.KEY=VALUE (repeatable)."),
+    target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
+    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
+    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
+    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
+    num_speculative_tokens: Optional[int] = typer.Option(None, help="Tokens proposed per token-level draft."),
+    max_tokens: int = typer.Option(1024, help="Token budget of each trace."),
+    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
+    max_steps: int = typer.Option(64, help="Step budget of each trace."),
+    timeout: Optional[float] = typer.Option(None, help="Wall-clock budget of each trace, seconds."),
+    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
+    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
+    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
+    output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
+    resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used)."),
+    progress: bool = typer.Option(True, help="Show the live progress bar."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run strategies side by side on the same problems, engines and hardware; write
+    results_*.json, samples_*.jsonl and report.md. `stepspec bench report RUN_DIR` rebuilds the report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from workflows.bench import BenchSpec, run_bench
+    from workflows.graders import get_grader
+
+    _quiet_vllm(verbose)
+    if resume:
+        run_dir, spec = resume, BenchSpec()  # the run's saved config replaces this
+    else:
+        names = [s.strip() for s in strategies.split(",") if s.strip()]
+        spec = BenchSpec(
+            dataset=dataset, data_dir=data_dir, source=source, question_field=question_field,
+            answer_field=answer_field, grader=grader, skip_bad_lines=skip_bad_lines, offset=offset, limit=limit,
+            sample=sample, seed=seed, strategies=tuple(names),
+            strategy_options=_strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt),
+            target=target, draft=draft, target_spec=spec, draft_spec=draft_spec,
+            num_speculative_tokens=num_speculative_tokens, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
+            max_steps=max_steps, timeout=timeout, delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len)
+        if grader is not None:
+            get_grader(grader)
+        run_dir = output_dir or os.path.join("runs", f"{os.path.basename(dataset).removesuffix('.jsonl')}-"
+                                             f"{time.strftime('%Y%m%d-%H%M%S')}")
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, disable=not progress)
+    live = _LiveProgress(bar)
+    try:
+        with bar:
+            results = asyncio.run(run_bench(spec, run_dir, resume=bool(resume), progress=live))
+    except KeyboardInterrupt:
+        err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
+                          f"`stepspec bench --resume {run_dir}`", highlight=False)
+        raise typer.Exit(130) from None
+    _print_results(results, run_dir)
+
+
+@bench_app.command("report")
+def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds results_*.json).")) -> None:
+    """Rebuild report.md and the plots of a run from its files, and print its table."""
+    from workflows.report import load_run, summarize, write_report
+
+    path = write_report(run_dir)
+    results, records = load_run(run_dir)
+    results["results"] = summarize(records, results["run"]["metrics"], baseline=results.get("baseline"))
+    _print_results(results, run_dir)
+    console.print(f"report: {path}")
 
 
 def _save_trace(trace, path: Optional[str]) -> str:
