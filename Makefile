@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-fast bench bench-steps
+.PHONY: setup demo test test-fast bench bench-tokens
 
 setup:
 	bash scripts/bootstrap.sh
@@ -25,9 +25,11 @@ test-fast:
 	bash scripts/bootstrap.sh
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not pair" $(PYTEST_ARGS)
 
+# target-only, specreason and lookahead side by side on the first 30 GSM8K test problems
+# (about two hours on 2 CPU cores); resumable: `stepspec bench --resume runs/gsm8k30`.
 bench: setup
-	$(VENV)/bin/python benchmarks/token_speculation.py
+	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,lookahead --output-dir runs/gsm8k30
 
-# target-only, specreason and lookahead side by side on the first 20 GSM8K problems (about an hour on 2 CPU cores)
-bench-steps: setup
-	$(VENV)/bin/python benchmarks/step_strategies.py --limit 20
+# token-level methods (none, ngram, suffix, draft) inside the target, side by side
+bench-tokens: setup
+	$(VENV)/bin/python benchmarks/token_speculation.py

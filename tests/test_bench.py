@@ -69,7 +69,7 @@ class StopAfter:
 
 
 TIMING = {"seconds", "model_seconds", "draft_seconds", "judge_seconds", "target_seconds", "seconds_p50",
-          "seconds_p90", "seconds_total", "output_tokens_per_second", "speedup", "orchestration_share", "run",
+          "seconds_p90", "seconds_total", "output_tokens_per_second", "speedup", "orchestration_share", "run", "overhead",
           "versions", "git_hash"}
 
 
@@ -100,6 +100,7 @@ def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     saved = json.loads(results_file.read_text())
     assert saved["config"]["strategies"] == list(STRATEGIES) and saved["run"]["problem_ids"] == [0, 1, 2, 3]
     assert "python" in saved["versions"] and "git_hash" in saved
+    assert 0 <= saved["overhead"]["solve_share"] <= 1 and saved["overhead"]["loop_seconds"] > 0
     for s in STRATEGIES:
         rows = read_samples(run / f"samples_add_{s}.jsonl")
         assert [r["doc_id"] for r in rows] == [0, 1, 2, 3]

@@ -195,6 +195,19 @@ def hardware() -> dict[str, Any]:
     return out
 
 
+def overhead(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
+    """What stepspec itself cost around the model calls, over the run's problem loops:
+    ``run_share`` = (loop wall time − model calls − cache resets) / loop wall time (this
+    includes grading and writing samples); ``solve_share`` = the same within the solves."""
+    loop = sum(s.get("loop_seconds", 0.0) for s in sessions)
+    solve = sum(s.get("solve_seconds", 0.0) for s in sessions)
+    model = sum(s.get("model_seconds", 0.0) for s in sessions)
+    reset = sum(s.get("reset_seconds", 0.0) for s in sessions)
+    return {"loop_seconds": loop, "model_seconds": model, "reset_seconds": reset,
+            "run_share": (loop - model - reset) / loop if loop else None,
+            "solve_share": (solve - model) / solve if solve else None}
+
+
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader) -> dict[str, Any]:
     """One problem solved by one strategy, as its samples line holds it."""
     response = trace.text
@@ -263,9 +276,11 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     run_info.update(dataset_source=dataset.source, grader=grader.name, metrics=list(grader.metrics),
                     problem_ids=[p.index for p in problems], skipped_lines=[list(s) for s in dataset.skipped],
                     samples={s: files.samples(dataset.name, s).name for s in spec.strategies})
+    # Time accounting of this session: the problem loop's wall time, and within it the
+    # solves, their model calls and the prefix-cache resets (engine calls too).
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "startup_seconds": None,
-               "seconds": None, "num_solved": 0, "versions": versions(), "git_hash": git_hash(),
-               "hardware": hardware()}
+               "seconds": None, "num_solved": 0, "loop_seconds": 0.0, "solve_seconds": 0.0, "model_seconds": 0.0,
+               "reset_seconds": 0.0, "versions": versions(), "git_hash": git_hash(), "hardware": hardware()}
     run_info["sessions"].append(session)
 
     def save(status: str) -> dict[str, Any]:
@@ -273,7 +288,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         results = {"config": spec.model_dump(mode="json"), "status": status,
                    "baseline": BASELINE if BASELINE in spec.strategies else None,
                    "results": summarize(records, grader.metrics, baseline=BASELINE),
-                   "run": run_info, "versions": session["versions"], "git_hash": session["git_hash"]}
+                   "overhead": overhead(run_info["sessions"]), "run": run_info, "versions": session["versions"], "git_hash": session["git_hash"]}
         tmp = files.results.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(results, indent=2))
         tmp.replace(files.results)  # never a half-written results file
@@ -311,15 +326,18 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                            grader.metrics[0])
 
         # The run: every problem, every strategy in a rotating order, caches reset before each solve.
+        t_loop = time.perf_counter()
         for n, problem in enumerate(problems):
             k = n % len(spec.strategies)
             order = spec.strategies[k:] + spec.strategies[:k]
             for position, strategy in enumerate(order):
                 if problem.index in done[strategy]:
                     continue
+                t_reset = time.perf_counter()
                 for engine in (target, draft):
                     if engine is not None and hasattr(engine, "reset_prefix_cache"):
                         await engine.reset_prefix_cache()
+                session["reset_seconds"] += time.perf_counter() - t_reset
                 try:
                     trace = (await reasoners[strategy].asolve(problem.question)).trace
                 except ReasoningError as e:  # an engine failed mid-trace: the partial trace is the sample
@@ -330,6 +348,10 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                     f.flush()
                 done[strategy][problem.index] = record
                 session["num_solved"] += 1
+                session["solve_seconds"] += trace.seconds
+                session["model_seconds"] += trace.model_seconds
+                session["loop_seconds"] = time.perf_counter() - t_loop
+                save("running")  # the results file is current after every problem
                 if progress is not None:
                     progress.sample(record)
         status = "complete"

@@ -368,6 +368,7 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     import asyncio
+    import signal
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -395,10 +396,18 @@ def bench(
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, disable=not progress)
     live = _LiveProgress(bar)
+    async def cancellable():
+        # Ctrl-C or `kill` (SIGTERM) cancels the run: the finished problems are saved and
+        # the results file marked "interrupted" before the engines stop.
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await run_bench(spec, run_dir, resume=bool(resume), progress=live)
+
     try:
         with bar:
-            results = asyncio.run(run_bench(spec, run_dir, resume=bool(resume), progress=live))
-    except KeyboardInterrupt:
+            results = asyncio.run(cancellable())
+    except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
                           f"`stepspec bench --resume {run_dir}`", highlight=False)
         raise typer.Exit(130) from None
@@ -415,6 +424,20 @@ def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds
     results["results"] = summarize(records, results["run"]["metrics"], baseline=results.get("baseline"))
     _print_results(results, run_dir)
     console.print(f"report: {path}")
+
+
+@app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             add_help_option=False)
+def lm_eval(ctx: typer.Context) -> None:
+    """lm-evaluation-harness's command line with stepspec registered as a model:
+    `stepspec lm-eval --model stepspec --model_args strategy=specreason --tasks gsm8k_stepspec
+    --include_path workflows/lm_eval_tasks --limit 3` (all arguments are the harness's)."""
+    _quiet_vllm(False)
+    try:
+        from workflows import lm_eval_model
+    except ImportError as e:
+        raise ValueError(f"stepspec lm-eval needs lm-evaluation-harness: pip install 'stepspec[eval]' ({e})") from e
+    lm_eval_model.main(list(ctx.args))
 
 
 def _save_trace(trace, path: Optional[str]) -> str:

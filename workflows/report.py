@@ -242,6 +242,12 @@ def write_report(run_dir: str | Path) -> Path:
         "Orchestration is the share of wall time with no model call in flight.",
         "",
     ]
+    over = results.get("overhead") or {}
+    if over.get("run_share") is not None:
+        lines += [f"Orchestration over the whole run: {over['solve_share']:.2%} of the solves' wall time; "
+                  f"{over['run_share']:.2%} of the problem loop ({over['loop_seconds']:.0f} s), grading, "
+                  f"writing samples and everything else but model calls ({over['model_seconds']:.0f} s) and "
+                  f"prefix-cache resets ({over['reset_seconds']:.1f} s) included.", ""]
     if run.get("skipped_lines"):
         lines += [f"Skipped malformed data lines: {', '.join(str(n) for n, _ in run['skipped_lines'])}.", ""]
     lines += [f"![{p}]({p})" for p in plots]

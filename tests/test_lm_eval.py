@@ -1,0 +1,85 @@
+"""stepspec as an lm-evaluation-harness model: a local GSM8K task, --limit 3."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_engine import ScriptedEngine
+
+lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is in stepspec[eval]")
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "workflows" / "lm_eval_tasks"
+
+
+def local_task(tmp_path, data_file):
+    """The shipped task definition, pointed at ``data_file``."""
+    text = (TASKS / "gsm8k_stepspec.yaml").read_text()
+    text = text.replace("../shared/data/gsm8k_test.jsonl", str(data_file)).replace("task: gsm8k_stepspec",
+                                                                                     "task: gsm8k_stepspec_tmp")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "gsm8k_stepspec_tmp.yaml").write_text(text)
+    return tmp_path / "tasks"
+
+
+def test_the_harness_scores_a_specreason_reasoner(tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    from orchestrator.reasoner import Reasoner
+    from workflows.lm_eval_model import StepspecLM, cut_at
+
+    rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]
+    data = tmp_path / "gsm8k_test.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def number(prompt):
+        return int(prompt.split("What is ")[-1].split(" +")[0])
+
+    # draft: right on even questions; the target's judge rejects its wrong answers and the target fixes them
+    target = ScriptedEngine(
+        "target", continuation=lambda p: "Add ten.\n\n" if "Add ten." not in p else "\\boxed{%d}" % (number(p) + 10),
+        next_token=lambda p: [("9", 0.0)] if "\\boxed{%d}" % (number(p) + 10) in p or "\\boxed" not in p else [("0", 0.0)])
+    draft = ScriptedEngine(
+        "draft", continuation=lambda p: "Add ten.\n\n" if "Add ten." not in p else "\\boxed{%d}" % (number(p) + 10 + number(p) % 2))
+    lm = StepspecLM(reasoner=Reasoner(target, draft, strategy="specreason"))
+    try:
+        out = lm_eval.simple_evaluate(model=lm, tasks=["gsm8k_stepspec_tmp"], limit=3, log_samples=True,
+                                      task_manager=TaskManager(include_path=str(local_task(tmp_path, data))))
+    finally:
+        lm.close()
+    res = out["results"]["gsm8k_stepspec_tmp"]
+    assert res["exact_match,boxed"] == 1.0 and res["exact_match,flexible-extract"] == 1.0
+    samples = [s for s in out["samples"]["gsm8k_stepspec_tmp"] if s["filter"] == "boxed"]
+    assert [s["doc_id"] for s in samples] == [0, 1, 2]
+    assert samples[1]["resps"][0][0] == "Add ten.\n\n\\boxed{11}"  # the draft's 12 rejected, the target's 11 kept
+    assert cut_at("a\n\nQuestion: b", ["Question:", "</s>"]) == "a\n\n"
+    with pytest.raises(NotImplementedError, match="generation tasks"):
+        lm.loglikelihood([])
+
+
+@pytest.mark.vllm
+def test_lm_eval_command_runs_stepspec_on_real_vllm(tmp_path_factory):
+    from tiny_models import build_tiny_model
+
+    target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"lm{seed}"), seed=seed, weight_std=0.5,
+                                      tie_word_embeddings=False) for seed in (0, 1))
+    out = tmp_path_factory.mktemp("lm-eval-out")
+    r = subprocess.run(
+        [sys.executable, "-c", "from workflows.cli import main; main()", "lm-eval", "--model", "stepspec",
+         "--model_args", f"strategy=specreason,target={target},draft={draft},delimiter=ge,max_tokens=24,"
+                         "max_step_tokens=8,max_steps=3,kv_cache_gib=0.25,max_model_len=512",
+         "--tasks", "gsm8k_stepspec", "--include_path", str(TASKS), "--limit", "3",
+         "--output_path", str(out), "--log_samples"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (results,) = out.rglob("results_*.json")
+    scored = json.loads(results.read_text())["results"]["gsm8k_stepspec"]
+    assert "exact_match,boxed" in scored and "exact_match,flexible-extract" in scored
+    (samples,) = out.rglob("samples_gsm8k_stepspec_*.jsonl")
+    rows = [json.loads(x) for x in samples.read_text().splitlines()]
+    rows = [x for x in rows if x["filter"] == "boxed"]
+    assert len(rows) == 3 and all(x["resps"][0][0] for x in rows)  # a trace for each question
