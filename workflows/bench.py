@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import platform
+import resource
 import subprocess
 import time
 from dataclasses import dataclass
@@ -357,10 +358,14 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         status = "complete"
     except BaseException as e:
         status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
-        session["error"] = f"{type(e).__name__}: {e}"
+        session["error"] = ("cancelled (Ctrl-C or SIGTERM)" if isinstance(e, asyncio.CancelledError)
+                            else f"{type(e).__name__}: {e}")
         raise
     finally:
         session["seconds"] = time.perf_counter() - t_run
+        # Peak memory of this process (orchestrator, vLLM clients, judges' models), not of
+        # the engine worker processes.
+        session["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         results = save(status)
         for engine in owned:
             await engine.close()
