@@ -93,6 +93,11 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     return "-" if x is None else f"{x:{spec}}{suffix}"
 
 
+def _share(x: float | None) -> str:
+    """A small share with two significant digits (0.0017%, 1.2%)."""
+    return "-" if x is None else f"{x * 100:.2g}%"
+
+
 def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the result table (shared by the terminal and report.md)."""
     primary, others = metrics[0], list(metrics[1:])
@@ -112,7 +117,7 @@ def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[st
             _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
             "-" if target_tokens is None else
             f"{target_tokens['acceptance_rate']:.2f} ({target_tokens['mean_acceptance_length']:.2f}/pass)",
-            _fmt(m["orchestration_share"], ".2%"),
+            _share(m["orchestration_share"]),
         ])
     return header, rows
 
@@ -244,10 +249,10 @@ def write_report(run_dir: str | Path) -> Path:
     ]
     over = results.get("overhead") or {}
     if over.get("run_share") is not None:
-        lines += [f"Orchestration over the whole run: {over['solve_share']:.2%} of the solves' wall time; "
-                  f"{over['run_share']:.2%} of the problem loop ({over['loop_seconds']:.0f} s), grading, "
-                  f"writing samples and everything else but model calls ({over['model_seconds']:.0f} s) and "
-                  f"prefix-cache resets ({over['reset_seconds']:.1f} s) included.", ""]
+        lines += [f"Orchestration over the whole run: {_share(over['solve_share'])} of the solves' wall time; "
+                  f"{_share(over['run_share'])} of the problem loop's {over['loop_seconds']:.0f} s, which also "
+                  f"counts grading and writing samples (model calls: {over['model_seconds']:.0f} s, prefix-cache "
+                  f"resets: {over['reset_seconds']:.1f} s).", ""]
     if run.get("skipped_lines"):
         lines += [f"Skipped malformed data lines: {', '.join(str(n) for n, _ in run['skipped_lines'])}.", ""]
     lines += [f"![{p}]({p})" for p in plots]
