@@ -373,7 +373,6 @@ def bench(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from workflows.bench import BenchSpec, run_bench
-    from workflows.graders import get_grader
 
     _quiet_vllm(verbose)
     if resume:
@@ -389,8 +388,6 @@ def bench(
             num_speculative_tokens=num_speculative_tokens, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
             max_steps=max_steps, timeout=timeout, delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib,
             max_model_len=max_model_len)
-        if grader is not None:
-            get_grader(grader)
         run_dir = output_dir or os.path.join("runs", f"{os.path.basename(dataset).removesuffix('.jsonl')}-"
                                              f"{time.strftime('%Y%m%d-%H%M%S')}")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
