@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-fast bench bench-tokens
+.PHONY: setup demo test test-fast bench bench-tokens router bench-router
 
 setup:
 	bash scripts/bootstrap.sh
@@ -33,3 +33,13 @@ bench: setup
 # token-level methods (none, ngram, suffix, draft) inside the target, side by side
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
+
+# The learned router end to end: collect both models' steps on 200 generated
+# grade-school problems (resumable: run it again), train, then bench it beside
+# target-only, specreason and the oracle on the first 30 GSM8K test problems.
+router: setup
+	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data
+	$(VENV)/bin/stepspec router train runs/router-data --out runs/router.pt
+
+bench-router: router
+	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,arbitrage,arbitrage-oracle --router runs/router.pt --output-dir runs/gsm8k30-router

@@ -27,6 +27,8 @@ from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import StrategyError, check_options, get_strategy
 from orchestrator.trace import StepRecord, Trace
+from routers.base import Router, RouterError
+from routers.registry import make_router
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +95,15 @@ class Reasoner:
     """Answers questions with ``strategy`` over a ``target`` and (most strategies) a ``draft``.
 
     ``judge`` is a judge name (default: the strategy's, built on the target
-    engine with ``judge_options``) or a :class:`judges.base.Judge`; strategy
-    options (``first_target_steps``, ``gamma``, ``cues``, ...) are keywords.
+    engine with ``judge_options``) or a :class:`judges.base.Judge`; ``router``
+    (strategies that route, ``arbitrage``) is "threshold", a router file or a
+    :class:`routers.base.Router`, with ``router_options``; strategy options
+    (``first_target_steps``, ``gamma``, ``cues``, ...) are keywords.
     """
 
     def __init__(self, target: Engine, draft: Engine | None = None, *, strategy: str = "specreason",
                  judge: str | Judge | None = None, judge_options: dict[str, Any] | None = None,
+                 router: str | Router | None = None, router_options: dict[str, Any] | None = None,
                  rules: StepRules = StepRules(), budget: Budget = Budget(), max_concurrency: int = 8,
                  **strategy_options: Any) -> None:
         self.strategy = get_strategy(strategy)
@@ -116,6 +121,7 @@ class Reasoner:
             raise JudgeError(f"{strategy} cannot use judge '{self.judge.name}': it compares with the target's "
                              f"step, which {strategy} does not write for every drafted step; use 'score' "
                              "(or the 'lookahead' strategy)")
+        self.router = self._build_router(router, dict(router_options or {}))
         self._runner: asyncio.Runner | None = None
         self._owned: list[Engine] = []  # engines from_models built: closed with the reasoner
 
@@ -132,6 +138,16 @@ class Reasoner:
         if options:
             raise JudgeError("judge_options apply to a judge given by name, not to a judge object")
         return judge
+
+    def _build_router(self, router: str | Router | None, options: dict[str, Any]) -> Router | None:
+        if not self.strategy.needs_router:
+            if router is not None or options:
+                raise RouterError(f"strategy '{self.strategy.name}' takes no router (routers drive 'arbitrage')")
+            return None
+        if router is None:
+            raise RouterError(f"strategy '{self.strategy.name}' needs a router: router='threshold' or the path of "
+                              "a router file from `stepspec router train`")
+        return make_router(router, **options)
 
     @classmethod
     def from_models(cls, target: str = "qwen2.5-coder-1.5b", draft: str | None = "qwen2.5-coder-0.5b", *,
@@ -170,6 +186,8 @@ class Reasoner:
             kwargs["draft"] = self.draft
         if self.judge is not None:
             kwargs["judge"] = self.judge
+        if self.router is not None:
+            kwargs["router"] = self.router
         return Solution(question, await self.strategy.run(question, **kwargs))
 
     async def asolve_many(self, questions: Sequence[str],

@@ -10,11 +10,12 @@ continues it directly (see :func:`orchestrator.trace.join_steps`).
 from __future__ import annotations
 
 import time
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 from engine.protocol import Engine
-from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from engine.types import FinishReason, GenerationRequest, SamplingSpec, TokenLogprob
 from orchestrator.prompts import reasoning_messages
 from orchestrator.steps import StepRules, inside_code_block, inside_thinking, last_boxed
 from orchestrator.trace import StepRecord, join_steps
@@ -29,6 +30,20 @@ class GeneratedStep:
     # <think> block) or "thinking" (it closed the </think> block).
     ends: str | None
     seconds: float
+    # With ``logprobs`` asked of generate_steps, per generated token: its logprob and
+    # the entropy of the next-token distribution over the top alternatives (nats).
+    token_logprobs: tuple[float, ...] = ()
+    token_entropies: tuple[float, ...] = ()
+
+
+def top_k_entropy(token: TokenLogprob) -> float:
+    """Entropy (nats) of the next-token distribution as far as its top-k shows it:
+    the top alternatives (the sampled token among them) plus one bucket for the
+    probability mass left over. A lower bound of the true entropy; 0 for a sure token."""
+    probs = {tid: math.exp(lp) for tid, _, lp in token.top}
+    probs.setdefault(token.token_id, math.exp(token.logprob))
+    rest = max(0.0, 1.0 - sum(probs.values()))
+    return -sum(p * math.log(p) for p in [*probs.values(), rest] if p > 0)
 
 
 def opening_prompt(engine: Engine, question: str) -> str:
@@ -55,16 +70,21 @@ async def generate_steps(
     temperature: float = 0.0,
     seed: int | None = None,
     until_end: bool = False,
+    logprobs: int | None = None,
 ) -> list[GeneratedStep]:
     """One step for each prompt, in one batched call (more only for code blocks).
 
     ``max_step_tokens``: one cap for all, or one per prompt. ``until_end``: no
-    delimiter stop; write until EOS or the cap (the answer after ``</think>``)."""
+    delimiter stop; write until EOS or the cap (the answer after ``</think>``).
+    ``logprobs``: return each token's logprob and top-``logprobs`` entropy (what a
+    router reads about the draft's confidence)."""
     t0 = time.perf_counter()
     caps = [max_step_tokens] * len(prompts) if isinstance(max_step_tokens, int) else list(max_step_tokens)
     texts = [""] * len(prompts)
     num_tokens = [0] * len(prompts)
     ended: list[tuple[bool, str | None] | None] = [None] * len(prompts)  # (complete, ends)
+    token_logprobs: list[list[float]] = [[] for _ in prompts]
+    token_entropies: list[list[float]] = [[] for _ in prompts]
     stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
     pending = list(range(len(prompts)))
     while pending:
@@ -72,7 +92,7 @@ async def generate_steps(
             GenerationRequest(
                 prompts[i] + texts[i],
                 SamplingSpec(max_tokens=caps[i] - num_tokens[i], temperature=temperature,
-                             seed=seed, stop=stop),
+                             seed=seed, stop=stop, logprobs=logprobs),
             )
             for i in pending
         ]
@@ -82,6 +102,9 @@ async def generate_steps(
             c = r.completion
             texts[i] += c.text
             num_tokens[i] += c.num_output_tokens
+            for t in c.logprobs or ():
+                token_logprobs[i].append(t.logprob)
+                token_entropies[i].append(top_k_entropy(t))
             if c.finish_reason is FinishReason.STOP and c.stop_string == rules.think_end:
                 texts[i] += rules.think_end
                 ended[i] = (True, "thinking")
@@ -96,5 +119,5 @@ async def generate_steps(
             ended[i] = (c.finish_reason is not FinishReason.LENGTH or boxed, ends)
         pending = still
     seconds = time.perf_counter() - t0
-    return [GeneratedStep(text, n, complete, ends, seconds)
-            for text, n, (complete, ends) in zip(texts, num_tokens, ended)]
+    return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents))
+            for text, n, (complete, ends), lps, ents in zip(texts, num_tokens, ended, token_logprobs, token_entropies)]

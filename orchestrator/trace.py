@@ -25,8 +25,9 @@ class StepRecord:
     text: str
     draft_text: str | None = None  # the drafted step that was judged (None: none drafted)
     accepted: bool | None = None  # the judge's verdict on the draft (None: not judged)
-    score: float | None = None
-    judge: str | None = None  # which judge (or cascade rung) decided
+    score: float | None = None  # the judge's score of the draft (a router's: its p_target)
+    judge: str | None = None  # which judge (or cascade rung, or router) decided
+    target_score: float | None = None  # the judge's score of the target's step (arbitrage-oracle)
     num_draft_tokens: int = 0  # tokens the draft model wrote for this step
     num_target_tokens: int = 0  # tokens of the target's text for this step (its own, kept)
     # Tokens the target wrote at this position only to check the draft (lookahead:
@@ -34,7 +35,7 @@ class StepRecord:
     num_verify_tokens: int = 0
     complete: bool = True  # False: cut by the per-step token cap
     draft_seconds: float = 0.0
-    judge_seconds: float = 0.0
+    judge_seconds: float = 0.0  # judge or router
     target_seconds: float = 0.0
 
     @property

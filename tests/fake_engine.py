@@ -17,22 +17,27 @@ from engine.types import (
     GenerationResult,
     NextTokenDistribution,
     Prompt,
+    TokenLogprob,
 )
 
 
 class ScriptedEngine:
     """``next_token`` maps a prompt to [(token_text, logprob), ...];
-    ``continuation`` maps a prompt to the text generated."""
+    ``continuation`` maps a prompt to the text generated; ``token_logprob`` maps
+    the generated text to the logprob of each of its tokens (words), returned
+    when a request asks for logprobs."""
 
     def __init__(
         self,
         name: str = "scripted",
         next_token: Callable[[str], Sequence[tuple[str, float]]] | None = None,
         continuation: Callable[[str], str] | None = None,
+        token_logprob: Callable[[str], float] | None = None,
     ) -> None:
         self.name = name
         self._next_token = next_token or (lambda prompt: [("0", 0.0)])
         self._continuation = continuation or (lambda prompt: "")
+        self._token_logprob = token_logprob or (lambda text: 0.0)
         self.prompts: list[str] = []
         self.num_calls = 0
         self._stats = EngineStats()
@@ -59,7 +64,12 @@ class ScriptedEngine:
             if len(words) > r.sampling.max_tokens:
                 text, reason, stop_string = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH, None
             ids = tuple(range(len(text.split())))
-            completion = Completion(text=text, token_ids=ids, finish_reason=reason, stop_string=stop_string)
+            logprobs = None
+            if r.sampling.logprobs is not None:
+                lp = self._token_logprob(text)
+                logprobs = tuple(TokenLogprob(i, w, lp, ((i, w, lp),)) for i, w in zip(ids, text.split()))
+            completion = Completion(text=text, token_ids=ids, finish_reason=reason, stop_string=stop_string,
+                                    logprobs=logprobs)
             results.append(GenerationResult((completion,) * r.sampling.n, self.count_tokens(str(r.prompt))))
         return results
 

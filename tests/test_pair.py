@@ -146,3 +146,42 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
     # differently), so the converted models keep both.
     assert peak < 18 * GiB
     assert total_rss < 22 * GiB
+
+
+def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, question, runner):
+    """The 0.5B's real token logprobs reach the router with every drafted step, and
+    the trace follows the router: a step is the draft's exactly where its confidence
+    (exp of the mean token logprob) is at or above the threshold."""
+    import math
+
+    from orchestrator.arbitrage import arbitrage
+    from orchestrator.run import Budget
+    from routers.threshold import ThresholdRouter
+
+    class Recording(ThresholdRouter):
+        def __init__(self):
+            super().__init__(min_confidence=0.85)
+            self.states = []
+
+        async def route(self, states):
+            self.states.extend(states)
+            return await super().route(states)
+
+    target, router = target_engine(pair[0], "target"), Recording()
+    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5, engine_args={"enforce_eager": True})
+    try:
+        trace = runner.run(arbitrage(question, draft=draft, target=target, router=router,
+                                     budget=Budget(max_tokens=160, max_step_tokens=64)))
+    finally:
+        runner.run(target.close())
+        runner.run(draft.close())
+    drafted = [s for s in trace.steps if s.draft_text is not None]
+    assert len(router.states) == len(drafted) >= 2
+    for state, step in zip(router.states, drafted):
+        assert len(state.token_logprobs) == len(state.token_entropies) == step.num_draft_tokens > 0
+        assert all(lp <= 0 for lp in state.token_logprobs) and all(e >= 0 for e in state.token_entropies)
+        confidence = math.exp(sum(state.token_logprobs) / len(state.token_logprobs))
+        assert step.accepted == (confidence >= 0.85) and step.author == ("draft" if step.accepted else "target")
+        assert step.score == pytest.approx(1 - confidence)
+    print(f"\narbitrage on GSM8K #0: {trace.num_accepted_steps} of {len(drafted)} drafted steps kept; confidences "
+          + ", ".join(f"{math.exp(sum(s.token_logprobs) / len(s.token_logprobs)):.2f}" for s in router.states))

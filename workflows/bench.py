@@ -196,6 +196,19 @@ def hardware() -> dict[str, Any]:
     return out
 
 
+def router_info(router: Any) -> dict[str, Any]:
+    """What a run's router was: its kind and, for a trained one, tau, features and training metrics."""
+    info: dict[str, Any] = {"name": router.name}
+    if hasattr(router, "feature_set"):
+        info.update(tau=router.tau, feature_version=router.feature_set.version,
+                    embedding=router.feature_set.embedding, hidden=router.hidden,
+                    trained={k: router.metadata.get(k) for k in ("source", "num_examples", "margin", "auc_held_out",
+                                                                  "goal", "goal_met")})
+    elif hasattr(router, "min_confidence"):
+        info.update(min_confidence=router.min_confidence, statistic=router.statistic)
+    return info
+
+
 def overhead(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
     """What stepspec itself cost around the model calls, over the run's problem loops:
     ``run_share`` = (loop wall time − model calls − cache resets) / loop wall time (this
@@ -311,6 +324,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     else:
         (target, draft), owned = engines, []
     reasoners = spec.reasoners(target, draft)
+    session["routers"] = {s: router_info(r.router) for s, r in reasoners.items() if r.router is not None}
     t_run = time.perf_counter()
     try:
         t0 = time.perf_counter()

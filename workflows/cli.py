@@ -84,12 +84,12 @@ def models_path(name: str) -> None:
     console.print(str(prepare(name) if not isinstance(preset, GGUFPreset) else prepared_path(name)))
 
 
-def _parse_judge_opts(pairs: list[str]) -> dict:
+def _parse_opts(pairs: list[str], flag: str = "--judge-opt") -> dict:
     opts = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--judge-opt wants key=value, got {pair!r} (e.g. --judge-opt accept_threshold=0.8)")
+            raise ValueError(f"{flag} wants key=value, got {pair!r} (e.g. {flag} key=0.8)")
         try:
             opts[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -108,6 +108,8 @@ def _print_step(record, width: int = 0) -> None:
 
     head = Text(f"[{record.index:>2}] ", style="dim")
     score = f" {record.score:.2f}" if record.score is not None else ""
+    if record.judge in ("learned", "threshold"):  # a router's number is its p_target
+        score = f" p_target{score}"
     if record.author == "draft":
         head.append(f"✓ draft{score}", style="bold green")
     elif record.draft_text is not None:
@@ -126,12 +128,16 @@ def _print_step(record, width: int = 0) -> None:
 @app.command()
 def solve(
     question: Optional[str] = typer.Argument(None, help="The question (default: one from --dataset)."),
-    strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking."),
+    strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking, "
+                                 "arbitrage, arbitrage-oracle."),
     judge: Optional[str] = typer.Option(None, help="score, exact, embedding, llm-equivalence, cascade "
                                         "(default: the strategy's)."),
     threshold: Optional[float] = typer.Option(None, help="score judge: accept at or above this 0-9 score."),
     score_method: Optional[str] = typer.Option(None, help="score judge: expected or argmax."),
     judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
+    router: Optional[str] = typer.Option(None, help="arbitrage: 'threshold' or a router file from "
+                                         "`stepspec router train`."),
+    router_opt: list[str] = typer.Option([], help="Any router option, key=value, e.g. tau=0.3 (repeatable)."),
     first_target_steps: Optional[int] = typer.Option(None, help="specreason: steps the target writes first."),
     gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
     max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
@@ -179,7 +185,7 @@ def solve(
                                      takeover_tokens=takeover_tokens,
                                      cues=None if cues is None else tuple(c.strip() for c in cues.split(","))).items()
                if v is not None}
-    judge_options = _parse_judge_opts(judge_opt)
+    judge_options = _parse_opts(judge_opt)
     for key, value in (("threshold", threshold), ("method", score_method)):
         if value is not None:
             if (judge or chosen.default_judge) != "score":
@@ -191,7 +197,8 @@ def solve(
     reasoner = Reasoner.from_models(
         target, draft, strategy=strategy,
         target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
-        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge, judge_options=judge_options,
+        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge,
+        judge_options=judge_options, router=router, router_options=_parse_opts(router_opt, "--router-opt"),
         **options)
     engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
     try:
@@ -254,10 +261,15 @@ app.add_typer(bench_app, name="bench")
 
 
 def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: Optional[int],
-                      max_gamma: Optional[int], lookahead_judge: Optional[str], opts: list[str]) -> dict:
+                      max_gamma: Optional[int], lookahead_judge: Optional[str], opts: list[str],
+                      router: Optional[str] = None) -> dict:
     """Per-strategy Reasoner keywords from the shortcut flags and --opt STRATEGY.KEY=VALUE
-    (KEY ``judge`` or ``judge.NAME`` for a judge option)."""
+    (KEY ``judge.NAME`` for a judge option, ``router.NAME`` for a router option)."""
     options: dict[str, dict] = {}
+    if router is not None:
+        if "arbitrage" not in strategies:
+            raise ValueError("--router drives the 'arbitrage' strategy, which is not in --strategies")
+        options.setdefault("arbitrage", {})["router"] = router
     if threshold is not None and "specreason" in strategies:
         options.setdefault("specreason", {}).setdefault("judge_options", {})["threshold"] = threshold
     for key, value in (("gamma", gamma), ("max_gamma", max_gamma), ("judge", lookahead_judge)):
@@ -270,9 +282,10 @@ def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: 
             raise ValueError(f"--opt wants STRATEGY.KEY=VALUE, got {item!r} (e.g. --opt specreason.first_target_steps=1)")
         if strategy not in strategies:
             raise ValueError(f"--opt {item!r}: strategy '{strategy}' is not in --strategies ({','.join(strategies)})")
-        parsed = _parse_judge_opts([f"{key}={value}"])
-        if key.startswith("judge."):
-            options.setdefault(strategy, {}).setdefault("judge_options", {})[key[len("judge."):]] = parsed[key]
+        parsed = _parse_opts([f"{key}={value}"])
+        if key.startswith(("judge.", "router.")):
+            kind, _, name = key.partition(".")
+            options.setdefault(strategy, {}).setdefault(f"{kind}_options", {})[name] = parsed[key]
         else:
             options.setdefault(strategy, {})[key] = parsed[key]
     return options
@@ -289,12 +302,12 @@ class _LiveProgress:
     def _describe(self, strategy: str) -> str:
         rows = self.seen[strategy]
         if not rows:
-            return f"{strategy:<14}"
+            return f"{strategy:<16}"
         acc = sum(r["correct"][self.metric] for r in rows) / len(rows)
         drafted = sum(r["stats"]["num_drafted_steps"] for r in rows)
         accepted = sum(r["stats"]["num_accepted_steps"] for r in rows)
         steps = f"  steps accepted {accepted / drafted:.0%}" if drafted else ""
-        return f"{strategy:<14} acc {acc:.0%}{steps}"
+        return f"{strategy:<16} acc {acc:.0%}{steps}"
 
     def start(self, strategies, num_problems, done, metric) -> None:
         self.metric = metric
@@ -308,7 +321,7 @@ class _LiveProgress:
         self.progress.update(self.tasks[s], advance=1, description=self._describe(s))
         mark = "ok " if record["correct"][self.metric] else "bad"
         self.progress.console.print(
-            f"[dim]#{record['doc_id']:<5}[/] {s:<14} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
+            f"[dim]#{record['doc_id']:<5}[/] {s:<16} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
             f"{record['seconds']:6.1f} s  {record['stats']['num_tokens']:5d} tok", highlight=False)
 
 
@@ -344,8 +357,10 @@ def bench(
     gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
     max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
     lookahead_judge: Optional[str] = typer.Option(None, help="lookahead: judge (default cascade)."),
-    opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge options as "
-                                   "STRATEGY.judge.KEY=VALUE (repeatable)."),
+    router: Optional[str] = typer.Option(None, help="arbitrage: 'threshold' or a router file from "
+                                         "`stepspec router train`."),
+    opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge and router options as "
+                                   "STRATEGY.judge.KEY=VALUE, STRATEGY.router.KEY=VALUE (repeatable)."),
     target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
     draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
     spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
@@ -383,7 +398,7 @@ def bench(
             dataset=dataset, data_dir=data_dir, source=source, question_field=question_field,
             answer_field=answer_field, grader=grader, skip_bad_lines=skip_bad_lines, offset=offset, limit=limit,
             sample=sample, seed=seed, strategies=tuple(names),
-            strategy_options=_strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt),
+            strategy_options=_strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt, router),
             target=target, draft=draft, target_spec=spec, draft_spec=draft_spec,
             num_speculative_tokens=num_speculative_tokens, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
             max_steps=max_steps, timeout=timeout, delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib,
@@ -421,6 +436,145 @@ def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds
     results["results"] = summarize(records, results["run"]["metrics"], baseline=results.get("baseline"))
     _print_results(results, run_dir)
     console.print(f"report: {path}")
+
+router_app = typer.Typer(help="The learned router (Arbitrage): collect steps, train, inspect.", no_args_is_help=True)
+app.add_typer(router_app, name="router")
+
+
+@router_app.command("collect")
+def router_collect(
+    source: str = typer.Option("gsm-symbolic", help="gsm-symbolic (generated, offline) or a JSONL file of your own "
+                               "(never an evaluation set)."),
+    num_problems: int = typer.Option(200, help="Training problems to collect."),
+    seed: int = typer.Option(0, help="Seed of the generated problems."),
+    question_field: Optional[str] = typer.Option(None, help="JSONL: field holding the question."),
+    answer_field: Optional[str] = typer.Option(None, help="JSONL: field holding the reference answer."),
+    data_dir: Optional[str] = typer.Option(None, help="Folder with the evaluation sets (checked for overlap)."),
+    judge: str = typer.Option("score", help="Judge that rates each candidate step (must give a score)."),
+    judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
+    target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
+    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
+    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
+    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
+    max_tokens: int = typer.Option(1024, help="Token budget of each trace."),
+    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
+    max_steps: int = typer.Option(64, help="Step budget of each trace."),
+    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
+    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
+    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
+    concurrency: int = typer.Option(8, help="Problems in flight at once (the engines batch their steps)."),
+    overlap: bool = typer.Option(False, help="Let both engines compute at once (default: they take turns, much "
+                                 "faster when they share CPU cores)."),
+    output_dir: str = typer.Option("runs/router-data", help="Collection directory (run again to continue it)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Solve training problems with both models at every step and record both candidate steps,
+    their ratings and the draft's token logprobs (append-only; run again to resume)."""
+    import asyncio
+    import signal
+
+    from workflows.router_collect import CollectSpec, collect
+
+    _quiet_vllm(verbose)
+    spec_ = CollectSpec(source=source, num_problems=num_problems, seed=seed, question_field=question_field,
+                        answer_field=answer_field, data_dir=data_dir, target=target, draft=draft, target_spec=spec,
+                        draft_spec=draft_spec, judge=judge, judge_options=_parse_opts(judge_opt),
+                        max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_steps=max_steps,
+                        delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib, max_model_len=max_model_len)
+
+    def show(record: dict) -> None:
+        mark = "ok " if record["correct"] else "bad"
+        console.print(f"[dim]{record['problem_id']:<22}[/] {mark} {record['num_steps']:3d} steps, target better at "
+                      f"{record['num_target_won']:3d}  {record['seconds']:6.1f} s", highlight=False)
+
+    async def cancellable():
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await collect(spec_, output_dir, concurrency=concurrency, overlap=overlap, on_problem=show)
+
+    try:
+        result = asyncio.run(cancellable())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err_console.print("[bold yellow]interrupted[/]: every collected step is saved; run the same command again "
+                          "to continue", highlight=False)
+        raise typer.Exit(130) from None
+    console.print_json(json.dumps(result))
+
+
+@router_app.command("train")
+def router_train(
+    data_dir: str = typer.Argument(..., help="A collection directory (holds examples.jsonl)."),
+    out: str = typer.Option("runs/router.pt", help="Router file to write."),
+    margin: float = typer.Option(0.5, help="Label: the target's step is better by more than this rating."),
+    held_out: float = typer.Option(0.25, help="Share of the problems held out for metrics and tau."),
+    seed: int = typer.Option(0, help="Seed of the split and the weights."),
+    hidden: int = typer.Option(0, help="0: logistic regression; N: an MLP with N hidden units."),
+    epochs: int = typer.Option(400, help="Full-batch training epochs."),
+    embedding: bool = typer.Option(True, help="Use the step's MiniLM embedding as features."),
+    target_budget: Optional[float] = typer.Option(None, help="Goal: at most this share of steps to the target."),
+    match_specreason: bool = typer.Option(False, help="Goal: specreason's step quality with the fewest target "
+                                          "tokens (the default goal)."),
+    specreason_threshold: float = typer.Option(7.0, help="The specreason threshold to match."),
+    tau: Optional[float] = typer.Option(None, help="Use this tau instead of choosing one."),
+) -> None:
+    """Train the router on collected steps, report held-out ROC-AUC and the routing curve,
+    choose tau for the goal, and save one router file."""
+    from pathlib import Path
+
+    from routers.train import read_examples, train_router
+
+    if target_budget is None and tau is None:
+        match_specreason = True
+    examples, dropped = read_examples(Path(data_dir) / "examples.jsonl")
+    report = train_router(examples, margin=margin, held_out=held_out, seed=seed, hidden=hidden, epochs=epochs,
+                          embedding=embedding, target_budget=target_budget, match_specreason=match_specreason,
+                          specreason_threshold=specreason_threshold, tau=tau, source=str(data_dir))
+    path = report.router.save(out)
+    _print_router(report.metrics, report.curve)
+    if dropped:
+        console.print(f"[dim]{dropped} cut-off line left out of {data_dir}/examples.jsonl[/]")
+    console.print(f"router saved: {path}")
+
+
+@router_app.command("info")
+def router_info(path: str = typer.Argument(..., help="A router file.")) -> None:
+    """What a router file holds: features, tau and its training metrics."""
+    from routers.learned import LearnedRouter
+
+    router = LearnedRouter.load(path)
+    console.print(f"{path}: feature set v{router.feature_set.version} ({len(router.feature_set.names)} features, "
+                  f"embedding {'on' if router.feature_set.embedding else 'off'}), "
+                  f"{'logistic regression' if router.hidden == 0 else f'MLP, {router.hidden} hidden'}, "
+                  f"tau {router.tau:.3f}", highlight=False)
+    _print_router(router.metadata, [])
+
+
+def _print_router(m: dict, curve: list) -> None:
+    def pct(x):
+        return "-" if x is None else f"{x:.0%}"
+
+    def num(x, f=".3f"):
+        return "-" if x is None else format(x, f)
+
+    console.print(f"steps: {m['num_train']} train ({m['num_train_problems']} problems), {m['num_held_out']} held out "
+                  f"({m['num_held_out_problems']} problems), {m['num_unrated']} unrated left out; label 'target "
+                  f"better by > {m['margin']}': {pct(m['positive_share_train'])} of train, "
+                  f"{pct(m['positive_share_held_out'])} held out", highlight=False)
+    console.print(f"ROC-AUC: held out {num(m['auc_held_out'])}, train {num(m['auc_train'])}", highlight=False)
+    table = Table("policy (held out)", "target calls", "target tokens", "mean step quality",
+                  title=f"tau {m['tau']:.3f} for {m['goal']}: goal {'met' if m['goal_met'] else 'NOT met'}")
+    rows = {"router at tau": m["held_out_at_tau"], **m["held_out_references"]}
+    for name, p in rows.items():
+        table.add_row(name, pct(p["target_call_share"]), pct(p["target_token_share"]), num(p["mean_quality"], ".2f"))
+    console.print(table)
+    if curve:
+        step = max(1, len(curve) // 12)
+        c = Table("tau", "target calls", "target tokens", "mean step quality", title="held-out routing curve")
+        for point in [*curve[::step], curve[-1]]:
+            c.add_row(f"{point.tau:.3f}", pct(point.target_call_share), pct(point.target_token_share),
+                      f"{point.mean_quality:.2f}")
+        console.print(c)
 
 
 @app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

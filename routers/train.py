@@ -1,0 +1,240 @@
+"""Train a learned router from collected steps, measure it, and choose its tau.
+
+Data: :class:`routers.base.RoutingExample` records (``stepspec router collect``).
+Label: 1 when the target's step is meaningfully better, advantage > ``margin``.
+Examples the judge could not rate are left out (and counted).
+
+The split is by problem (all steps of a problem on one side), seeded, so the
+held-out numbers are about unseen problems. On the held-out side:
+
+* ROC-AUC of p_target against the label;
+* the routing curve: for each tau, the share of steps routed to the target
+  (target calls), the share of the candidates' tokens the target wrote, and
+  the mean step quality of the trace it would build (the target's candidate
+  where routed, the draft's elsewhere), beside the same numbers for
+  ``specreason`` (target only where the draft's quality is below its
+  threshold) and for the oracle (the better candidate every time).
+
+Tau is chosen on the held-out side for the user's goal:
+
+* ``target_budget=r``: the lowest tau whose share of target calls is at most r
+  (most of the target's help within the budget);
+* ``match_specreason=True``: among taus whose mean quality reaches
+  specreason's, the one with the fewest target tokens. If none reaches it, the
+  best-quality tau is taken and ``goal_met`` is False (said, not hidden).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from routers.base import RouterError, RoutingExample
+from routers.features import FeatureSet, featurize
+from routers.learned import LearnedRouter, build_net
+
+
+def read_examples(path: str | os.PathLike) -> tuple[list[RoutingExample], int]:
+    """Examples of a collection file; a later record of the same (problem, position)
+    replaces an earlier one (a problem collected again after an interruption).
+    Returns (examples, number of malformed lines skipped: only a cut-off last line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RouterError(f"{path} does not exist; collect steps first with `stepspec router collect`")
+    lines = path.read_text().splitlines()
+    by_key: dict[tuple[str, int], RoutingExample] = {}
+    dropped = 0
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ex = RoutingExample.from_dict(json.loads(line))
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
+            if n == len(lines):  # cut off mid-write when a collection was killed
+                dropped += 1
+                continue
+            raise RouterError(f"{path}:{n}: malformed example ({e}); remove the line or collect again") from e
+        by_key[(ex.problem_id, ex.state.position)] = ex
+    return list(by_key.values()), dropped
+
+
+def labels(examples: Sequence[RoutingExample], margin: float) -> list[int]:
+    return [int(ex.advantage > margin) for ex in examples]  # type: ignore[operator]
+
+
+def split_by_problem(examples: Sequence[RoutingExample], held_out: float, seed: int
+                     ) -> tuple[list[RoutingExample], list[RoutingExample]]:
+    if not 0 < held_out < 1:
+        raise RouterError(f"held_out must be within (0, 1), got {held_out}")
+    problems = sorted({ex.problem_id for ex in examples})
+    if len(problems) < 2:
+        raise RouterError(f"need steps of at least 2 problems to hold some out, got {len(problems)}")
+    random.Random(seed).shuffle(problems)
+    n_out = min(len(problems) - 1, max(1, round(held_out * len(problems))))
+    out = set(problems[:n_out])
+    return [ex for ex in examples if ex.problem_id not in out], [ex for ex in examples if ex.problem_id in out]
+
+
+def roc_auc(y: Sequence[int], p: Sequence[float]) -> float | None:
+    """Probability that a random positive scores above a random negative (ties: half).
+    None when one class is missing."""
+    pos = [s for s, t in zip(p, y) if t]
+    neg = [s for s, t in zip(p, y) if not t]
+    if not pos or not neg:
+        return None
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    ranks = [0.0] * len(p)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and p[order[j + 1]] == p[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    rank_pos = sum(r for r, t in zip(ranks, y) if t)
+    return (rank_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    tau: float
+    target_call_share: float  # steps routed to the target
+    target_token_share: float  # the target's share of the kept steps' tokens
+    mean_quality: float  # of the kept steps: the target's where routed, the draft's elsewhere
+
+
+def routing_point(routed: Sequence[bool], examples: Sequence[RoutingExample], tau: float = math.nan) -> CurvePoint:
+    n = len(examples)
+    tokens = [ex.num_target_tokens if r else ex.num_draft_tokens for r, ex in zip(routed, examples)]
+    target_tokens = sum(t for t, r in zip(tokens, routed) if r)
+    quality = [ex.target_quality if r else ex.draft_quality for r, ex in zip(routed, examples)]
+    return CurvePoint(tau, sum(routed) / n, target_tokens / max(1, sum(tokens)), sum(quality) / n)  # type: ignore
+
+
+def routing_curve(p: Sequence[float], examples: Sequence[RoutingExample]) -> list[CurvePoint]:
+    """One point per distinct tau worth trying: every predicted probability, plus 1.01 (never route)."""
+    taus = sorted({float(x) for x in p}) + [1.01]
+    return [routing_point([x >= tau for x in p], examples, tau) for tau in taus]
+
+
+def reference_points(examples: Sequence[RoutingExample], specreason_threshold: float) -> dict[str, CurvePoint]:
+    """What the fixed policies do on the same steps."""
+    return {
+        "draft-only": routing_point([False] * len(examples), examples),
+        "target-only": routing_point([True] * len(examples), examples),
+        "specreason": routing_point([ex.draft_quality < specreason_threshold for ex in examples], examples),
+        "oracle": routing_point([ex.target_quality > ex.draft_quality for ex in examples], examples),
+    }
+
+
+def choose_tau(curve: Sequence[CurvePoint], *, target_budget: float | None = None,
+               min_quality: float | None = None) -> tuple[CurvePoint, bool]:
+    """(the chosen point, whether the goal is met) for one goal."""
+    if (target_budget is None) == (min_quality is None):
+        raise RouterError("choose tau for one goal: a target-call budget or a quality to match")
+    if target_budget is not None:
+        if not 0 <= target_budget <= 1:
+            raise RouterError(f"target budget must be a share within 0..1, got {target_budget}")
+        within = [c for c in curve if c.target_call_share <= target_budget]
+        return min(within, key=lambda c: c.tau), True  # 1.01 (never route) is always within
+    meeting = [c for c in curve if c.mean_quality >= min_quality - 1e-9]
+    if meeting:
+        return min(meeting, key=lambda c: (c.target_token_share, -c.tau)), True
+    return max(curve, key=lambda c: (c.mean_quality, c.tau)), False
+
+
+def fit(x: Any, y: Sequence[int], *, hidden: int = 0, epochs: int = 400, lr: float = 0.05,
+        weight_decay: float = 1e-3, seed: int = 0) -> tuple[Any, Any, Any]:
+    """(net, mean, std): full-batch Adam on class-balanced binary cross-entropy over
+    standardized features."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    yt = torch.as_tensor(np.asarray(y, dtype=np.float32))
+    mean = xt.mean(0)
+    std = xt.std(0).clamp_min(1e-6) if len(xt) > 1 else torch.ones(xt.shape[1])
+    xs = (xt - mean) / std
+    num_pos = float(yt.sum())
+    pos_weight = torch.tensor((len(yt) - num_pos) / max(num_pos, 1.0))
+    net = build_net(xs.shape[1], hidden)
+    opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    net.train()
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = loss_fn(net(xs).squeeze(-1), yt)
+        loss.backward()
+        opt.step()
+    return net.eval(), mean, std
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    router: LearnedRouter
+    metrics: dict[str, Any]
+    curve: list[CurvePoint] = field(default_factory=list)
+
+
+def train_router(examples: Sequence[RoutingExample], *, margin: float = 0.5, held_out: float = 0.25,
+                 seed: int = 0, hidden: int = 0, epochs: int = 400, embedding: bool = True,
+                 target_budget: float | None = None, match_specreason: bool = False,
+                 specreason_threshold: float = 7.0, tau: float | None = None,
+                 source: str | None = None) -> TrainReport:
+    """Fit, measure on held-out problems, choose tau; returns the router and its numbers."""
+    rated = [ex for ex in examples if ex.advantage is not None]
+    num_unrated = len(examples) - len(rated)
+    goals = sum([target_budget is not None, match_specreason, tau is not None])
+    if goals != 1:
+        raise RouterError("give exactly one way to set tau: a target-call budget, match specreason, or tau itself")
+    train, test = split_by_problem(rated, held_out, seed)
+    y_train, y_test = labels(train, margin), labels(test, margin)
+    if len(set(y_train)) < 2:
+        raise RouterError(f"the training steps hold one class only ({sum(y_train)} of {len(y_train)} labelled "
+                          f"'target better' at margin {margin}); collect more steps or lower the margin")
+    feature_set = FeatureSet(embedding=embedding)
+    net, mean, std = fit(featurize([ex.state for ex in train], feature_set), y_train, hidden=hidden,
+                         epochs=epochs, seed=seed)
+    router = LearnedRouter(net, mean, std, feature_set, tau=0.5, hidden=hidden)
+    p_test = [float(v) for v in router.predict_features(featurize([ex.state for ex in test], feature_set))]
+    p_train = [float(v) for v in router.predict_features(featurize([ex.state for ex in train], feature_set))]
+    curve = routing_curve(p_test, test)
+    refs = reference_points(test, specreason_threshold)
+    if tau is not None:
+        chosen, met = routing_point([x >= tau for x in p_test], test, tau), True
+        goal = {"tau": tau}
+    elif target_budget is not None:
+        chosen, met = choose_tau(curve, target_budget=target_budget)
+        goal = {"target_budget": target_budget}
+    else:
+        chosen, met = choose_tau(curve, min_quality=refs["specreason"].mean_quality)
+        goal = {"match_specreason": True, "specreason_threshold": specreason_threshold}
+    router.tau = min(1.0, chosen.tau)
+    metrics: dict[str, Any] = {
+        "source": source, "num_examples": len(examples), "num_unrated": num_unrated,
+        "num_problems": len({ex.problem_id for ex in rated}),
+        "num_train": len(train), "num_held_out": len(test),
+        "num_train_problems": len({ex.problem_id for ex in train}),
+        "num_held_out_problems": len({ex.problem_id for ex in test}),
+        "margin": margin, "positive_share_train": sum(y_train) / len(y_train),
+        "positive_share_held_out": sum(y_test) / len(y_test) if y_test else None,
+        "auc_train": roc_auc(y_train, p_train), "auc_held_out": roc_auc(y_test, p_test),
+        "hidden": hidden, "epochs": epochs, "seed": seed, "embedding": embedding,
+        "goal": goal, "goal_met": met, "tau": router.tau,
+        "held_out_at_tau": _point(chosen),
+        "held_out_references": {k: _point(v) for k, v in refs.items()},
+    }
+    router.metadata = metrics
+    return TrainReport(router, metrics, curve)
+
+
+def _point(c: CurvePoint) -> dict[str, float]:
+    return {"target_call_share": c.target_call_share, "target_token_share": c.target_token_share,
+            "mean_quality": c.mean_quality}

@@ -1,0 +1,272 @@
+"""``stepspec router collect``: training data for a learned router, from stepspec's own traces.
+
+Every training problem is solved with ``arbitrage-oracle``: at each step the
+draft and the target both write a candidate from the same prefix, the judge
+(default: the target's 0-9 self-score) rates both, and the better one stays.
+Every position is one :class:`routers.base.RoutingExample` (both candidates,
+the draft's token logprobs and entropies, both ratings), appended to
+``examples.jsonl`` and flushed as it is made. A finished problem adds one line
+to ``problems.jsonl``. ``collect.json`` holds the config and each session.
+
+Training problems never come from the evaluation sets: by default they are
+generated (``gsm-symbolic``, reasoning-gym's procedural grade-school problems,
+offline, seeded); a user's JSONL is checked against the evaluation files in
+the data folder and refused if any question is one of theirs.
+
+Collection is append-only and resumable: run the same command again and the
+finished problems are skipped; a problem that was in flight is collected again
+(its later examples replace the earlier ones in training).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
+from engine.exclusive import TurnTaking
+from engine.protocol import Engine
+from judges.registry import make_judge
+from orchestrator.arbitrage import arbitrage_oracle
+from orchestrator.reasoner import build_engines
+from orchestrator.run import Budget, ReasoningError
+from orchestrator.steps import StepRules
+from routers.base import RoutingExample
+from workflows.bench import git_hash, hardware, versions
+from workflows.datasets import DATASETS, DatasetError, Problem, find_data_dir, load_dataset
+from workflows.graders import get_grader
+
+logger = logging.getLogger(__name__)
+
+GENERATED = {"gsm-symbolic": "gsm_symbolic"}  # stepspec name -> reasoning-gym generator
+
+
+class CollectError(ValueError):
+    """A collection cannot start or resume; the message names the problem and the fix."""
+
+
+class CollectSpec(BaseModel):
+    """What a collection is (saved in collect.json; a resumed run must match it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = "gsm-symbolic"
+    num_problems: int = Field(200, ge=1)
+    seed: int = 0
+    question_field: str | None = None
+    answer_field: str | None = None
+    data_dir: str | None = None
+    target: str = BUNDLED_TARGET
+    draft: str = BUNDLED_DRAFT
+    target_spec: str = "draft"
+    draft_spec: str = "none"
+    judge: str = "score"
+    judge_options: dict[str, Any] = Field(default_factory=dict)
+    max_tokens: int = Field(1024, ge=1)
+    max_step_tokens: int = Field(256, ge=1)
+    max_steps: int = Field(64, ge=1)
+    delimiter: str = "\n\n"
+    kv_cache_gib: float = Field(1.0, gt=0)
+    max_model_len: int = Field(4096, ge=256)
+
+
+@dataclass(frozen=True)
+class CollectFiles:
+    directory: Path
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "collect.json"
+
+    @property
+    def examples(self) -> Path:
+        return self.directory / "examples.jsonl"
+
+    @property
+    def problems(self) -> Path:
+        return self.directory / "problems.jsonl"
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def training_problems(spec: CollectSpec) -> list[Problem]:
+    """The spec's training problems; never an evaluation set's."""
+    if spec.source in GENERATED:
+        try:
+            import reasoning_gym
+        except ImportError as e:
+            raise CollectError("generated problems need the reasoning-gym package: pip install "
+                               "'reasoning-gym==0.1.25' (stepspec's bootstrap installs it)") from e
+        data = reasoning_gym.create_dataset(GENERATED[spec.source], size=spec.num_problems, seed=spec.seed)
+        return [Problem(spec.source, i, entry["question"], str(entry["answer"])) for i, entry in enumerate(data)]
+    if spec.source in DATASETS:
+        raise CollectError(f"'{spec.source}' is an evaluation set: training a router on it would leak into the "
+                           "benchmark. Use --source gsm-symbolic (generated) or a JSONL file of your own")
+    try:
+        dataset = load_dataset(spec.source, spec.data_dir, question_field=spec.question_field,
+                               answer_field=spec.answer_field, grader="numeric")
+    except DatasetError as e:
+        raise CollectError(str(e)) from e
+    problems = list(dataset.problems[:spec.num_problems])
+    evaluation = set()
+    try:
+        data_dir = find_data_dir(spec.data_dir)
+    except DatasetError:
+        data_dir = None  # no evaluation files on this machine: nothing to leak into
+    for name, ds in DATASETS.items():
+        if data_dir is not None and (data_dir / ds.file).is_file():
+            evaluation |= {_normalize(p.question) for p in load_dataset(name, data_dir).problems}
+    leaked = [p.index for p in problems if _normalize(p.question) in evaluation]
+    if leaked:
+        raise CollectError(f"{spec.source}: {len(leaked)} questions (lines {', '.join(str(i + 1) for i in leaked[:5])}"
+                           f"{', ...' if len(leaked) > 5 else ''}) are in the evaluation sets of {data_dir}; "
+                           "remove them: a router trained on them would be scored on what it saw")
+    return problems
+
+
+def _read_jsonl_ids(path: Path, key: str) -> set:
+    ids = set()
+    if not path.is_file():
+        return ids
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines, 1):
+        try:
+            ids.add(json.loads(line)[key])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if n == len(lines):
+                continue  # cut off mid-write: that problem is collected again
+            raise CollectError(f"{path}:{n}: malformed line ({e}); remove it to resume") from e
+    return ids
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+
+
+async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency: int = 8, overlap: bool = False,
+                  engines: tuple[Engine, Engine] | None = None,
+                  on_problem: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Collect (or continue collecting) into ``out_dir``; returns the collection's summary.
+
+    ``engines``: (target, draft) instead of vLLM engines built from the spec (tests).
+    ``concurrency``: problems in flight at once (the engines batch their steps).
+    ``overlap``: let the two engines compute at the same time; by default they take
+    turns (:mod:`engine.exclusive`), which is much faster when they share CPU cores."""
+    if concurrency < 1:
+        raise CollectError(f"concurrency must be >= 1, got {concurrency}")
+    files = CollectFiles(Path(out_dir))
+    info: dict[str, Any] = {"config": spec.model_dump(mode="json"), "sessions": []}
+    if files.config.is_file():
+        info = json.loads(files.config.read_text())
+        try:
+            saved = CollectSpec.model_validate(info["config"])
+        except (KeyError, ValidationError) as e:
+            raise CollectError(f"{files.config}: its config cannot be read back ({e})") from e
+        if saved != spec:
+            diff = {k: (v, getattr(spec, k)) for k, v in saved.model_dump().items() if getattr(spec, k) != v}
+            raise CollectError(f"{out_dir} holds a collection with another config ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
+                               "use the same options to continue it, or another --output-dir")
+    problems = training_problems(spec)
+    grader = get_grader("numeric")
+    rules = StepRules(delimiter=spec.delimiter)
+    budget = Budget(max_steps=spec.max_steps, max_tokens=spec.max_tokens, max_step_tokens=spec.max_step_tokens)
+    finished = _read_jsonl_ids(files.problems, "problem_id")
+    todo = [p for p in problems if f"{spec.source}:{spec.seed}:{p.index}" not in finished]
+    files.directory.mkdir(parents=True, exist_ok=True)
+    session: dict[str, Any] = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                               "num_problems": 0, "num_examples": 0, "seconds": None, "concurrency": concurrency,
+                               "overlap": overlap,
+                               "versions": versions(), "git_hash": git_hash(), "hardware": hardware()}
+    info["sessions"].append(session)
+
+    def save() -> None:
+        tmp = files.config.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(files.config)
+
+    save()
+    if not todo:
+        return summary(files)
+    if engines is None:
+        target, draft = build_engines(spec.target, spec.draft, target_spec=spec.target_spec,
+                                      draft_spec=spec.draft_spec, kv_cache_gib=spec.kv_cache_gib,
+                                      max_model_len=spec.max_model_len)
+        owned = [target, draft]
+    else:
+        (target, draft), owned = engines, []
+    turns = None
+    if not overlap:
+        turns = TurnTaking()
+        target, draft = turns.wrap(target), turns.wrap(draft)
+    judge = make_judge(spec.judge, engine=target,
+                       **({"step_delimiter": spec.delimiter} if spec.judge == "score" else {}), **spec.judge_options)
+    gate = asyncio.Semaphore(concurrency)
+    t_run = time.perf_counter()
+
+    async def one(p: Problem) -> None:
+        pid = f"{spec.source}:{spec.seed}:{p.index}"
+
+        def write(ex: RoutingExample) -> None:
+            _append(files.examples, ex.to_dict())
+            session["num_examples"] += 1
+
+        async with gate:
+            try:
+                trace = await arbitrage_oracle(p.question, draft=draft, target=target, judge=judge, rules=rules,
+                                               budget=budget, on_example=write, problem_id=pid)
+            except ReasoningError as e:
+                trace = e.trace
+            (grade,) = grader.grade(trace.text, p.reference).values()
+            record = {"problem_id": pid, "question": p.question, "reference": p.reference,
+                      "answer": grade.extracted, "correct": grade.correct, "num_steps": len(trace.steps),
+                      "num_target_won": sum(1 for s in trace.steps if s.author == "target"),
+                      "stop_reason": trace.stop_reason, "error": trace.error, "seconds": trace.seconds}
+            if trace.error is None:  # a problem cut short by an engine failure is collected again
+                _append(files.problems, record)
+            session["num_problems"] += 1
+            session["seconds"] = time.perf_counter() - t_run
+            save()
+            if on_problem is not None:
+                on_problem(record)
+
+    try:
+        for engine in (target, draft):
+            await engine.start()
+        await asyncio.gather(*(one(p) for p in todo))
+    finally:
+        session["seconds"] = time.perf_counter() - t_run
+        session["num_engine_turns"] = turns.num_turns if turns is not None else None
+        save()
+        for engine in owned:
+            await engine.close()
+    return summary(files)
+
+
+def summary(files: CollectFiles) -> dict[str, Any]:
+    from routers.train import read_examples
+
+    examples, _ = read_examples(files.examples) if files.examples.is_file() else ([], 0)
+    problems = [json.loads(line) for line in files.problems.read_text().splitlines() if line.strip()] \
+        if files.problems.is_file() else []
+    rated = [ex for ex in examples if ex.advantage is not None]
+    return {
+        "directory": str(files.directory),
+        "num_problems": len(problems),
+        "num_examples": len(examples),
+        "num_rated": len(rated),
+        "target_better_share": (sum(1 for ex in rated if ex.advantage > 0) / len(rated)) if rated else None,
+        "oracle_accuracy": (sum(1 for p in problems if p["correct"]) / len(problems)) if problems else None,
+    }
