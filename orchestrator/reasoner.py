@@ -177,13 +177,19 @@ class Reasoner:
             if engine is not None:
                 await engine.start()
 
-    async def asolve(self, question: str, on_step: Callable[[StepRecord], None] | None = None) -> Solution:
-        """One problem. Raises :class:`ReasoningError` (with the trace so far) if an engine fails."""
+    async def asolve(self, question: str, on_step: Callable[[StepRecord], None] | None = None, *,
+                     rules: StepRules | None = None, draft: Engine | None = None) -> Solution:
+        """One problem. Raises :class:`ReasoningError` (with the trace so far) if an engine fails.
+
+        ``question`` may be a :class:`orchestrator.prompts.Chat` (a whole conversation
+        to continue). ``rules`` and ``draft`` replace the reasoner's for this call: an
+        agent passes rules where a tool call ends the trace, and a draft engine that
+        watches the drafted steps (a wrapper of the reasoner's own)."""
         await self.start()
-        kwargs: dict[str, Any] = dict(target=self.target, rules=self.rules, budget=self.budget, on_step=on_step,
-                                      **self.options)
+        kwargs: dict[str, Any] = dict(target=self.target, rules=rules or self.rules, budget=self.budget,
+                                      on_step=on_step, **self.options)
         if self.strategy.needs_draft:
-            kwargs["draft"] = self.draft
+            kwargs["draft"] = draft or self.draft
         if self.judge is not None:
             kwargs["judge"] = self.judge
         if self.router is not None:

@@ -131,7 +131,7 @@ class TraceRun:
         self.engines = {role: CountingEngine(e, self.clock) for role, e in engines.items()}
         self.on_step = on_step
         self.steps: list[StepRecord] = []
-        self.ended: str | None = None  # "answer", "eos" or "thinking" once a step ends it
+        self.ended: str | None = None  # "answer", "eos", "thinking" or "action" once a step ends it
         self.num_judge_calls = 0
         self._t0 = time.perf_counter()
 
@@ -150,9 +150,11 @@ class TraceRun:
         return max(1, min(self.budget.max_step_tokens, self.budget.max_tokens - used))
 
     def add(self, record: StepRecord, ends: str | None = None) -> None:
-        """Append a step; ``ends`` is its GeneratedStep.ends ("trace", "thinking" or None)."""
+        """Append a step; ``ends`` is its GeneratedStep.ends ("trace", "thinking", "action" or None)."""
         self.steps.append(record)
-        if ends == "trace":
+        if ends == "action":
+            self.ended = "action"  # an agent's tool call: the agent runs it and continues the chat
+        elif ends == "trace":
             self.ended = "answer" if find_answer(record.text, self.rules) is not None else "eos"
         elif ends == "thinking":
             self.ended = "thinking"

@@ -9,8 +9,9 @@ continues it directly (see :func:`orchestrator.trace.join_steps`).
 
 from __future__ import annotations
 
-import time
 import math
+import re
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -27,7 +28,8 @@ class GeneratedStep:
     num_tokens: int
     complete: bool  # ended at the delimiter or the end of the answer, not at the cap
     # What this step ends, if anything: "trace" (EOS, or a boxed answer outside any
-    # <think> block) or "thinking" (it closed the </think> block).
+    # <think> block), "thinking" (it closed the </think> block) or "action" (it
+    # holds a tool call, StepRules.action_pattern).
     ends: str | None
     seconds: float
     # With ``logprobs`` asked of generate_steps, per generated token: its logprob and
@@ -86,6 +88,8 @@ async def generate_steps(
     token_logprobs: list[list[float]] = [[] for _ in prompts]
     token_entropies: list[list[float]] = [[] for _ in prompts]
     stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
+    if rules.action_stop:
+        stop += (rules.action_stop,)
     pending = list(range(len(prompts)))
     while pending:
         requests = [
@@ -115,8 +119,11 @@ async def generate_steps(
                 texts[i] += rules.delimiter  # a blank line inside code: the step goes on
                 still.append(i)
                 continue
+            complete = c.finish_reason is not FinishReason.LENGTH or boxed
             ends = "trace" if c.finish_reason is FinishReason.EOS or boxed else None
-            ended[i] = (c.finish_reason is not FinishReason.LENGTH or boxed, ends)
+            if rules.action_pattern and complete and re.search(rules.action_pattern, texts[i]):
+                ends = "action"  # a tool call: the agent runs it before anything else is written
+            ended[i] = (complete, ends)
         pending = still
     seconds = time.perf_counter() - t0
     return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents))

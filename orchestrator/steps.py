@@ -31,8 +31,18 @@ class StepRules:
     answer_patterns: tuple[str, ...] = DEFAULT_ANSWER_PATTERNS
     think_start: str = "<think>"
     think_end: str = "</think>"
+    # Agents: a step matching ``action_pattern`` (a tool call) ends the trace with
+    # stop reason "action"; generation also stops where the model starts to write
+    # the observation itself (``action_stop``), which the tool must give.
+    action_pattern: str | None = None
+    action_stop: str | None = None
 
     def __post_init__(self) -> None:
+        if self.action_pattern is not None:
+            try:
+                re.compile(self.action_pattern)
+            except re.error as e:
+                raise ValueError(f"action pattern {self.action_pattern!r} is not a valid regex: {e}") from e
         if not self.delimiter:
             raise ValueError("the step delimiter must be a non-empty string, e.g. '\\n\\n'")
         if not self.think_start or not self.think_end:

@@ -577,6 +577,91 @@ def _print_router(m: dict, curve: list) -> None:
         console.print(c)
 
 
+@app.command()
+def validate(path: str = typer.Argument(..., help="A workflow YAML file.")) -> None:
+    """Check a workflow file without loading any model: syntax, keys, names, tool modules,
+    references and cycles; errors name the YAML line."""
+    from workflows.runner import check_models
+    from workflows.spec import load_workflow
+
+    w = load_workflow(path)
+    notes = check_models(w, check_env=False)
+    s = w.spec
+    nodes = len(s.workflow.nodes) if s.workflow else 0
+    console.print(f"{path}: valid ({len(s.engines)} engines, {len(s.reasoners)} reasoners, {len(s.tools)} tools, "
+                  f"{len(s.agents)} agents, {nodes} workflow nodes)", highlight=False)
+    for note in notes:
+        console.print(f"[yellow]note[/]: {note}", highlight=False)
+
+
+@app.command()
+def schema(out: Optional[str] = typer.Option(None, help="Write it to this file instead of printing it.")) -> None:
+    """The JSON Schema of workflow files (point your editor's YAML support at it)."""
+    from workflows.spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+        console.print(f"schema written to {out}")
+    else:
+        print(text)
+
+
+@app.command("run")
+def run_workflow(
+    path: str = typer.Argument(..., help="A workflow YAML file."),
+    input: list[str] = typer.Option([], "--input", "-i", help="A workflow input, key=value (repeatable)."),
+    output: Optional[str] = typer.Option(None, help="Run record file (default runs/workflow-<name>-<time>.json)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run a workflow file: independent nodes concurrently; a failing node stops its dependants,
+    and every finished node's output is kept in the run record."""
+    import asyncio
+    import signal
+
+    from workflows.runner import WorkflowRun
+    from workflows.spec import load_workflow
+
+    _quiet_vllm(verbose)
+    w = load_workflow(path)
+    inputs = {}
+    for pair in input:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--input wants key=value, got {pair!r}")
+        inputs[key] = value
+    record_path = output or os.path.join("runs", f"workflow-{os.path.basename(path).rsplit('.', 1)[0]}-"
+                                         f"{time.strftime('%Y%m%d-%H%M%S')}.json")
+    run = WorkflowRun(w)
+    if w.spec.workflow is not None:
+        run._inputs(inputs)  # a missing or mistyped input fails before any model loads
+
+    def show(name, rec) -> None:
+        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[yellow]skipped[/]"}[rec.status]
+        detail = rec.error if rec.error else str(rec.output)[:100].replace("\n", " ")
+        console.print(f"{mark} {name} ({rec.seconds or 0:.1f} s): {detail}", highlight=False)
+
+    async def main():
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await run.run(inputs, on_node=show, record_path=record_path)
+        finally:
+            await run.close()
+
+    try:
+        record = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err_console.print(f"[bold yellow]interrupted[/]: the finished nodes are in {record_path}", highlight=False)
+        raise typer.Exit(130) from None
+    console.print_json(json.dumps(record["outputs"], default=str))
+    console.print(f"run record: {record_path}")
+    if record["status"] != "complete":
+        raise typer.Exit(1)
+
+
 @app.command("lm-eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              add_help_option=False)
 def lm_eval(ctx: typer.Context) -> None:
@@ -606,7 +691,7 @@ def main() -> None:
     """Console entry point: known errors become one clear message and exit code 2."""
     try:
         app()
-    except (ModelError, EngineError, DatasetError, ValueError) as e:
+    except (ModelError, EngineError, DatasetError, ValueError) as e:  # WorkflowError, RouterError, ToolError too
         err_console.print(f"[bold red]error:[/] {e}", highlight=False)
         raise SystemExit(2) from None
 

@@ -1,0 +1,165 @@
+"""The agent: tool-call parsing, the reason-act loop, speculative tool calls, timeouts."""
+
+import asyncio
+import time
+
+import pytest
+
+from fake_engine import ScriptedEngine
+from judges.base import Verdict
+from orchestrator.reasoner import Reasoner
+from workflows.agent import Agent, AgentError, ToolCall, parse_action
+from workflows.examples.tools import calculator
+from workflows.tools import ToolError, as_tool, make_tool, tool
+
+TOOLS = {"calculator": as_tool(calculator)}
+
+
+@tool
+def lookup(city: str, year: int = 2024) -> str:
+    """Population of a city."""
+    return f"{city} {year}"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('Action: calculator({"expression": "48 / 2"})', ToolCall("calculator", {"expression": "48 / 2"})),
+    ("Action: calculator(expression='3 * 4')", ToolCall("calculator", {"expression": "3 * 4"})),
+    ('Action: calculator("3 * 4")', ToolCall("calculator", {"expression": "3 * 4"})),
+    ("Action: calculator(16 - 3 - 4)", ToolCall("calculator", {"expression": "16 - 3 - 4"})),
+    ('**Action:** Calculator({"expression": "2+2"})', ToolCall("calculator", {"expression": "2+2"})),
+    ('First I add.\n2. Action: `calculator({"expression": "(1+2)*3"})`',
+     ToolCall("calculator", {"expression": "(1+2)*3"})),
+])
+def test_tool_calls_are_read_in_the_forms_small_models_write(text, expected):
+    assert parse_action(text, TOOLS) == expected
+
+
+def test_several_arguments_and_mistakes_give_observations_not_crashes():
+    tools = {"lookup": as_tool(lookup), **TOOLS}
+    assert parse_action("Action: lookup('Paris', 1990)", tools) == ToolCall("lookup", {"city": "Paris", "year": 1990})
+    assert parse_action('Action: lookup({"city": "Rome"})', tools) == ToolCall("lookup", {"city": "Rome"})
+    assert "no tool 'weather'" in parse_action("Action: weather(city='x')", tools)
+    assert "cannot read the arguments of lookup" in parse_action("Action: lookup(Paris, 1990)", tools)
+    assert "not written as Action" in parse_action("Action: lookup('Paris', 1990", tools)
+
+
+def test_tool_schema_from_type_hints_and_its_errors():
+    t = as_tool(lookup)
+    assert t.parameters["required"] == ["city"] and t.parameters["properties"]["year"]["type"] == "integer"
+    assert t.signature() == "lookup(city: str, year: int): Population of a city."
+    r = asyncio.run(t.call({"city": "Oslo", "year": "nineteen"}))
+    assert not r.ok and "year" in r.observation and "lookup(city: str, year: int)" in r.observation
+
+    def untyped(x):
+        return x
+
+    with pytest.raises(ToolError, match="parameter 'x' has no type hint"):
+        make_tool(untyped)
+
+
+def test_a_hanging_tool_is_cut_off_by_its_timeout():
+    @tool(timeout=0.2)
+    async def hangs(x: int) -> int:
+        await asyncio.sleep(30)
+        return x
+
+    @tool(timeout=0.2)
+    def blocks(x: int) -> int:
+        time.sleep(3)
+        return x
+
+    for t in (hangs, blocks):
+        t0 = time.perf_counter()
+        r = asyncio.run(as_tool(t).call({"x": 1}))
+        assert r.timed_out and not r.ok and "timed out after 0.2 s" in r.observation
+        assert time.perf_counter() - t0 < 1.5
+
+
+# -- the loop, on scripted engines ---------------------------------------------------------
+
+
+def agent_engine(calls, answer="So the answer is \\boxed{33}."):
+    """Writes one step per turn: the n-th tool call while observations are fewer than
+    the calls, then the answer."""
+
+    def continuation(prompt):
+        n = prompt.count("Observation:") - prompt.count('"Observation: ...')  # the system prompt names it once
+        return calls[n] + "\n\n" if n < len(calls) else answer
+
+    return ScriptedEngine(continuation=continuation)
+
+
+class FixedJudge:
+    needs_target_step = False
+
+    def __init__(self, accept):
+        self.accept, self.name = accept, "fixed"
+
+    async def judge(self, candidates):
+        return [Verdict(self.name, self.accept, score=9.0 if self.accept else 0.0) for _ in candidates]
+
+
+def test_agent_reasons_calls_the_tool_and_answers():
+    engine = agent_engine(['Action: calculator({"expression": "48 / 2"})', "Action: calculator(24 + 9)"])
+    agent = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator])
+    result = agent.run("Natalia sold 48 clips in April and half as many in May. How many more than 9?")
+    assert result.answer == "33" and result.stop_reason == "answer" and result.num_iterations == 3
+    assert [(c.tool, c.args, c.observation, c.used) for c in result.tool_calls] == [
+        ("calculator", {"expression": "48 / 2"}, "24", True), ("calculator", {"expression": "24 + 9"}, "33", True)]
+    assert [m for m in result.messages if m[0] == "user"][1:] == [("user", "Observation: 24"), ("user", "Observation: 33")]
+    assert "calculator(expression: str)" in result.messages[0][1]
+    assert all(t.stop_reason == "action" for t in result.traces[:2])
+
+
+def test_malformed_call_gets_an_observation_and_the_agent_goes_on():
+    engine = agent_engine(["Action: calculator(2 +)"], answer="\\boxed{4}")
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("2 + 2?")
+    assert result.answer == "4" and result.tool_calls[0].ok is False
+    assert "error: calculator raised" in result.messages[3][1]
+
+
+def test_iteration_limit_stops_the_loop():
+    engine = agent_engine(["Action: calculator(1 + 1)"] * 10)
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator], max_iterations=3).run("loop")
+    assert result.stop_reason == "max_iterations" and result.num_iterations == 3 and result.answer is None
+    with pytest.raises(AgentError, match="two tools"):
+        Agent(Reasoner(engine, strategy="target-only"), tools=[calculator, calculator])
+
+
+def run_specreason(draft_call, target_call, accept, tools):
+    draft = agent_engine([draft_call])
+    target = agent_engine([target_call])
+    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(accept))
+    return Agent(reasoner, tools=tools).run("What is 2 + 3?")
+
+
+def test_side_effect_free_call_runs_while_the_step_is_judged_and_is_used_when_accepted():
+    result = run_specreason('Action: calculator("2 + 3")', 'Action: calculator("2 * 3")', True, [calculator])
+    (call,) = result.tool_calls
+    assert call.args == {"expression": "2 + 3"} and call.speculative and call.used and call.observation == "5"
+
+
+def test_speculative_result_is_discarded_when_the_draft_step_is_rejected():
+    result = run_specreason('Action: calculator("2 + 3")', 'Action: calculator("2 * 3")', False, [calculator])
+    used = [c for c in result.tool_calls if c.used]
+    discarded = [c for c in result.tool_calls if not c.used]
+    assert [(c.args["expression"], c.speculative, c.observation) for c in used] == [("2 * 3", False, "6")]
+    assert [(c.args["expression"], c.speculative) for c in discarded] == [("2 + 3", True)]
+    assert "Observation: 6" in [m[1] for m in result.messages]
+    assert "Observation: 5" not in [m[1] for m in result.messages]
+
+
+def test_tools_with_side_effects_never_run_speculatively():
+    sent = []
+
+    @tool(side_effect_free=False)
+    def send(message: str) -> str:
+        """Send a message."""
+        sent.append(message)
+        return "sent"
+
+    result = run_specreason('Action: send("draft")', 'Action: send("target")', False, [send])
+    assert sent == ["target"]  # the rejected draft's call never ran
+    assert [(c.args, c.speculative, c.used) for c in result.tool_calls] == [({"message": "target"}, False, True)]
+    accepted = run_specreason('Action: send("draft")', 'Action: send("target")', True, [send])
+    assert sent == ["target", "draft"] and accepted.tool_calls[0].speculative is False  # ran after acceptance

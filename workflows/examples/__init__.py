@@ -1,0 +1,1 @@
+"""Example workflow files and the tools they use (``workflows/examples/*.yaml``)."""

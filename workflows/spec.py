@@ -1,0 +1,497 @@
+"""YAML workflow files: engines, reasoners, tools, agents and a workflow graph.
+
+A file is read with YAML's safe loader (no tags, no code runs) and validated
+by the pydantic models below (``extra="forbid"`` everywhere). Everything that
+can be wrong is reported before any model loads, with the YAML line and, for
+a misspelt name, the closest valid one:
+
+* a YAML syntax error, an unknown key, a value of the wrong type;
+* a reference to an engine, reasoner, tool or agent that the file does not define;
+* a literal API key (keys come from an environment variable the file names);
+* a tool outside the modules the file allows (``allowed_modules``);
+* a ``${node.output}`` reference to a node that does not exist, or a cycle.
+
+A minimal file::
+
+    engines:
+      target: {backend: vllm, model: qwen2.5-coder-1.5b}
+      draft: {backend: vllm, model: qwen2.5-coder-0.5b}
+    reasoners:
+      solver: {target: target, draft: draft, strategy: specreason}
+    workflow:
+      inputs: {question: {type: string}}
+      nodes:
+        solve: {reason: solver, prompt: "${inputs.question}"}
+      outputs: {answer: "${solve.output}"}
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+
+REF = re.compile(r"\$\{([A-Za-z_][\w-]*)\.([A-Za-z_]\w*)\}|\$\{(item)\}")
+NODE_FIELDS = ("output", "text", "answer")  # what ${node.FIELD} may read
+
+
+class WorkflowError(ValueError):
+    """A workflow file is wrong; the message names the file, the line and the fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# -- engines -------------------------------------------------------------------------
+
+
+class VLLMEngineSpec(_Strict):
+    backend: Literal["vllm"]
+    model: str = Field(description="Model preset (stepspec models list), local folder or hub id.")
+    dtype: str = "auto"
+    kv_cache_gib: float = Field(1.0, gt=0)
+    max_model_len: int = Field(4096, ge=256)
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="Passed to vLLM as it is (e.g. {method: ngram, num_speculative_tokens: 3}).")
+    speculation: Literal["none", "ngram", "suffix", "draft"] | None = Field(
+        None, description="Shorthand for speculative_config; 'draft' uses draft_model.")
+    draft_model: str | None = Field(None, description="Token-level drafter for speculation: draft.")
+
+    @model_validator(mode="after")
+    def _one_speculation(self) -> "VLLMEngineSpec":
+        if self.speculative_config is not None and self.speculation is not None:
+            raise ValueError("give speculative_config or speculation, not both")
+        if self.speculation == "draft" and not self.draft_model:
+            raise ValueError("speculation: draft needs draft_model (the model that drafts tokens)")
+        return self
+
+
+class OpenAIEngineSpec(_Strict):
+    backend: Literal["openai"]
+    base_url: str = Field(description="The server's OpenAI-compatible URL, e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(description="The model name the server serves.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key.")
+    tokenizer: str | None = None
+    max_model_len: int | None = None
+    timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError("a literal api_key does not belong in a workflow file; put the key in an "
+                             "environment variable and name it with api_key_env: OPENAI_API_KEY")
+        return data
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"api_key_env must name an environment variable (like OPENAI_API_KEY), not {v[:4]}...; "
+                             "never put the key itself in the file")
+        return v
+
+
+EngineSpec = Annotated[Union[VLLMEngineSpec, OpenAIEngineSpec], Field(discriminator="backend")]
+
+
+# -- reasoners, tools, agents ----------------------------------------------------------
+
+
+class BudgetSpec(_Strict):
+    max_tokens: int = Field(1024, ge=1)
+    max_steps: int = Field(64, ge=1)
+    max_step_tokens: int = Field(256, ge=1)
+    timeout: float | None = Field(None, gt=0)
+
+
+class ReasonerSpec(_Strict):
+    target: str = Field(description="Engine name.")
+    draft: str | None = Field(None, description="Engine name (strategies that draft steps).")
+    strategy: str = "specreason"
+    judge: str | None = None
+    judge_options: dict[str, Any] = Field(default_factory=dict)
+    router: str | None = Field(None, description="arbitrage: 'threshold' or a router file.")
+    router_options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, description="Strategy options (gamma, ...).")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    delimiter: str = "\n\n"
+    system_prompt: str | None = Field(None, description="Inline system prompt of the reasoning chat.")
+    system_prompt_file: str | None = Field(None, description="A file holding it (relative to the YAML file).")
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> "ReasonerSpec":
+        if self.system_prompt is not None and self.system_prompt_file is not None:
+            raise ValueError("give system_prompt or system_prompt_file, not both")
+        return self
+
+
+class ToolSpec(_Strict):
+    function: str = Field(description="module:function, from a module listed in allowed_modules.")
+    side_effect_free: bool | None = Field(
+        None, description="May run speculatively, before the step is accepted (default: the decorator's).")
+    timeout: float | None = Field(None, gt=0, description="Seconds (default: the decorator's, else 10).")
+    description: str | None = None
+
+    @field_validator("function")
+    @classmethod
+    def _module_function(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            raise ValueError(f"'{v}' is not module:function (e.g. workflows.examples.tools:calculator)")
+        return v
+
+
+class AgentSpec(_Strict):
+    reasoner: str
+    tools: list[str] = Field(default_factory=list)
+    system_prompt: str | None = None
+    max_iterations: int = Field(8, ge=1)
+    speculative_tools: bool = Field(True, description="Run side-effect-free tools as soon as the draft calls them.")
+
+
+# -- the workflow graph ----------------------------------------------------------------
+
+
+class InputSpec(_Strict):
+    type: Literal["string", "number", "integer", "boolean", "list"] = "string"
+    default: Any = None
+    description: str | None = None
+
+
+class ReasonNode(_Strict):
+    reason: str = Field(description="Reasoner name.")
+    prompt: str = Field(description="The question, with ${...} references.")
+
+
+class AgentNode(_Strict):
+    agent: str = Field(description="Agent name.")
+    task: str = Field(description="The task, with ${...} references.")
+
+
+class ToolNode(_Strict):
+    tool: str = Field(description="Tool name.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments; strings may hold ${...} references.")
+
+
+NODE_KINDS = ("reason", "agent", "tool", "map")
+
+
+def _node_kind(value: Any) -> str | None:
+    """Which kind of node a mapping is: the one of reason/agent/tool/map it holds."""
+    if isinstance(value, BaseModel):
+        return next(k for k in NODE_KINDS if k in type(value).model_fields)
+    if isinstance(value, dict):
+        kinds = [k for k in NODE_KINDS if k in value]
+        return kinds[0] if len(kinds) == 1 else None
+    return None
+
+
+InnerNode = Annotated[Union[Annotated[ReasonNode, Tag("reason")], Annotated[AgentNode, Tag("agent")],
+                            Annotated[ToolNode, Tag("tool")]],
+                      Discriminator(_node_kind, custom_error_type="node_kind",
+                                    custom_error_message="a node holds exactly one of reason:, agent:, tool: "
+                                                         "(and map: around one of them)")]
+
+
+class MapNode(_Strict):
+    map: str = Field(description="A ${...} reference to a list; the inner node runs once per item (${item}).")
+    node: InnerNode
+    concurrency: int = Field(4, ge=1)
+
+
+Node = Annotated[Union[Annotated[ReasonNode, Tag("reason")], Annotated[AgentNode, Tag("agent")],
+                       Annotated[ToolNode, Tag("tool")], Annotated[MapNode, Tag("map")]],
+                 Discriminator(_node_kind, custom_error_type="node_kind",
+                               custom_error_message="a node holds exactly one of reason:, agent:, tool:, map:")]
+
+
+class WorkflowGraph(_Strict):
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    nodes: dict[str, Node]
+    outputs: dict[str, str] = Field(default_factory=dict, description="Name -> a ${node.output} reference.")
+
+
+class WorkflowFile(_Strict):
+    version: Literal[1] = 1
+    engines: dict[str, EngineSpec] = Field(default_factory=dict)
+    reasoners: dict[str, ReasonerSpec] = Field(default_factory=dict)
+    allowed_modules: list[str] = Field(default_factory=list, description="Modules tools may come from.")
+    tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    agents: dict[str, AgentSpec] = Field(default_factory=dict)
+    workflow: WorkflowGraph | None = None
+
+
+# -- loading with line numbers ----------------------------------------------------------
+
+
+class _Lines:
+    """YAML line (1-based) of every mapping key and sequence item, by path."""
+
+    def __init__(self, node: yaml.Node | None) -> None:
+        self.lines: dict[tuple, int] = {}
+        if node is not None:
+            self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, path: tuple) -> None:
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                self.lines[path + (key.value,)] = key.start_mark.line + 1
+                self._walk(value, path + (key.value,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._walk(item, path + (i,))
+
+    def line(self, path: tuple) -> int | None:
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get(())
+
+
+def _closest(name: str, choices) -> str:
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.5)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+class LoadedWorkflow:
+    """A validated workflow file, where it came from, and its lines (for later errors)."""
+
+    def __init__(self, spec: WorkflowFile, path: Path, lines: _Lines) -> None:
+        self.spec, self.path, self._lines = spec, path, lines
+
+    def where(self, *path: Any) -> str:
+        line = self._lines.line(path)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def read_prompt_file(self, relative: str) -> str:
+        file = (self.path.parent / relative)
+        if not file.is_file():
+            raise WorkflowError(f"{self.where('reasoners')}: prompt file {file} does not exist")
+        return file.read_text()
+
+
+def load_workflow(path: str | Path, text: str | None = None) -> LoadedWorkflow:
+    """Read, validate and cross-check a workflow file (``text``: its content, for tests)."""
+    path = Path(path)
+    if text is None:
+        if not path.is_file():
+            raise WorkflowError(f"{path}: no such workflow file")
+        text = path.read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise WorkflowError(f"{path}{line}: YAML syntax error: {e.problem or e}"
+                            f"{' (' + e.context + ')' if e.context else ''}") from None
+    except yaml.YAMLError as e:
+        raise WorkflowError(f"{path}: YAML error: {e}") from None
+    lines = _Lines(node)
+    if data is None:
+        raise WorkflowError(f"{path}: the file is empty; see `stepspec schema` for what a workflow file holds")
+    if not isinstance(data, dict):
+        raise WorkflowError(f"{path}:1: a workflow file is a mapping (engines:, reasoners:, ...), not a "
+                            f"{type(data).__name__}")
+    try:
+        spec = WorkflowFile.model_validate(data)
+    except ValidationError as e:
+        raise WorkflowError(_explain(e, path, lines, data)) from None
+    loaded = LoadedWorkflow(spec, path, lines)
+    check_references(loaded)
+    return loaded
+
+
+def _explain(e: ValidationError, path: Path, lines: _Lines, data: dict) -> str:
+    """The first error of a pydantic validation, with its YAML line and a close match."""
+    errors = e.errors()
+    # an unknown key explains a missing one beside it ("tsk" for "task"): name it first
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+    loc = _without_tags(tuple(err["loc"]))
+    where = f"{path}:{lines.line(loc) or '?'}"
+    dotted = ".".join(str(x) for x in loc)
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1], data)
+        hint = _closest(loc[-1], parent.model_fields) if parent is not None else ""
+        owner = ".".join(str(x) for x in loc[:-1]) or "the file"
+        return f"{where}: unknown key '{loc[-1]}' in {owner}{hint}"
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return f"{where}: {dotted}: backend must be 'vllm' or 'openai'"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {dotted}: {msg}"
+
+
+def _without_tags(loc: tuple) -> tuple:
+    """pydantic's error location without the union tags it inserts (engine backend, node kind)."""
+    out: list = []
+    i = 0
+    while i < len(loc):
+        out.append(loc[i])
+        tagged = (len(out) == 2 and out[0] == "engines") or (len(out) == 3 and out[:2] == ["workflow", "nodes"]) \
+            or (len(out) == 4 and out[:2] == ["workflow", "nodes"] and out[3] == "node")
+        if tagged and i + 1 < len(loc) and loc[i + 1] in ("vllm", "openai", *NODE_KINDS):
+            i += 1  # the tag
+        i += 1
+    return tuple(out)
+
+
+def _model_at(loc: tuple, data: dict) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at ``loc`` (for close-key hints)."""
+    model: Any = WorkflowFile
+    value: Any = data
+    i = 0
+    while i < len(loc):
+        field = model.model_fields.get(loc[i]) if model is not None else None
+        if field is None:
+            return None
+        value = value.get(loc[i]) if isinstance(value, dict) else None
+        model = _resolve(field.annotation, value)
+        if isinstance(model, tuple):  # a name -> spec mapping: step over the name
+            i += 1
+            value = value.get(loc[i]) if isinstance(value, dict) and i < len(loc) else None
+            model = _resolve(model[1], value)
+        i += 1
+    return model
+
+
+def _resolve(annotation: Any, value: Any) -> Any:
+    """The model class an annotation means for ``value``, ("dict", item type) for a
+    mapping, or None."""
+    import typing
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _resolve(typing.get_args(annotation)[0], value)
+    if typing.get_origin(annotation) is dict:
+        return ("dict", typing.get_args(annotation)[1])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    options = [_resolve(a, value) for a in typing.get_args(annotation)]
+    options = [o for o in options if isinstance(o, type) and issubclass(o, BaseModel)]
+    if isinstance(value, dict) and "backend" in value:
+        options = [o for o in options if value["backend"] in typing.get_args(o.model_fields["backend"].annotation)]
+    elif isinstance(value, dict) and _node_kind(value) is not None:
+        options = [o for o in options if _node_kind(value) in o.model_fields]
+    return options[0] if len(options) == 1 else None
+
+
+def references(text: Any) -> list[tuple[str, str]]:
+    """The (node, field) pairs a value refers to: ${node.field}, ${inputs.name}, ${item} as ("item", "")."""
+    if isinstance(text, dict):
+        return [r for v in text.values() for r in references(v)]
+    if isinstance(text, list):
+        return [r for v in text for r in references(v)]
+    if not isinstance(text, str):
+        return []
+    out = []
+    for m in REF.finditer(text):
+        out.append(("item", "") if m.group(3) else (m.group(1), m.group(2)))
+    return out
+
+
+def node_references(node: Node) -> list[tuple[str, str]]:
+    """The references a node's fields make (a map's inner ${item} excluded)."""
+    if isinstance(node, MapNode):
+        return references(node.map) + [r for r in node_references(node.node) if r[0] != "item"]
+    if isinstance(node, ReasonNode):
+        return references(node.prompt)
+    if isinstance(node, AgentNode):
+        return references(node.task)
+    return references(node.args)
+
+
+def check_references(w: LoadedWorkflow) -> None:
+    """Names between sections, allowed tool modules, and the graph: a DAG of known nodes."""
+    import networkx as nx
+
+    s = w.spec
+
+    def known(kind: str, name: str | None, choices: dict, *where: Any) -> None:
+        if name is not None and name not in choices:
+            listed = ", ".join(choices) or "none"
+            raise WorkflowError(f"{w.where(*where)}: unknown {kind} '{name}'{_closest(name, choices)} "
+                                f"({kind}s in this file: {listed})")
+
+    for name, r in s.reasoners.items():
+        known("engine", r.target, s.engines, "reasoners", name, "target")
+        known("engine", r.draft, s.engines, "reasoners", name, "draft")
+    for name, t in s.tools.items():
+        module = t.function.split(":")[0]
+        if not any(module == m or module.startswith(m + ".") for m in s.allowed_modules):
+            raise WorkflowError(
+                f"{w.where('tools', name, 'function')}: tool '{name}' comes from module '{module}', which is not in "
+                f"allowed_modules ({', '.join(s.allowed_modules) or 'none listed'}); list it there if you trust it")
+    for name, a in s.agents.items():
+        known("reasoner", a.reasoner, s.reasoners, "agents", name, "reasoner")
+        for i, tool in enumerate(a.tools):
+            known("tool", tool, s.tools, "agents", name, "tools", i)
+    if s.workflow is None:
+        return
+    g = s.workflow
+    graph = nx.DiGraph()
+    graph.add_nodes_from(g.nodes)
+    for name, node in g.nodes.items():
+        inner = node.node if isinstance(node, MapNode) else node
+        if isinstance(inner, ReasonNode):
+            known("reasoner", inner.reason, s.reasoners, "workflow", "nodes", name)
+        elif isinstance(inner, AgentNode):
+            known("agent", inner.agent, s.agents, "workflow", "nodes", name)
+        else:
+            known("tool", inner.tool, s.tools, "workflow", "nodes", name)
+        for ref, field in node_references(node):
+            _check_ref(w, ref, field, name, isinstance(node, MapNode), ("workflow", "nodes", name))
+            if ref not in ("inputs", "item"):
+                graph.add_edge(ref, name)
+    for out, ref_text in g.outputs.items():
+        refs = references(ref_text)
+        if not refs:
+            raise WorkflowError(f"{w.where('workflow', 'outputs', out)}: output '{out}' holds no ${{node.output}} "
+                                "reference")
+        for ref, field in refs:
+            _check_ref(w, ref, field, f"output {out}", False, ("workflow", "outputs", out))
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    names = [a for a, _ in cycle] + [cycle[0][0]]
+    raise WorkflowError(f"{w.where('workflow', 'nodes', cycle[0][1])}: the workflow has a cycle: "
+                        f"{' -> '.join(names)}; a node cannot depend on its own output")
+
+
+def _check_ref(w: LoadedWorkflow, ref: str, field: str, owner: str, in_map: bool, where: tuple) -> None:
+    g = w.spec.workflow
+    assert g is not None
+    if ref == "item":
+        if not in_map:
+            raise WorkflowError(f"{w.where(*where)}: {owner}: ${{item}} is only defined inside a map node")
+        return
+    if ref == "inputs":
+        if field not in g.inputs:
+            raise WorkflowError(f"{w.where(*where)}: {owner} refers to ${{inputs.{field}}}, which is not declared "
+                                f"under workflow.inputs{_closest(field, g.inputs)}")
+        return
+    if ref not in g.nodes:
+        raise WorkflowError(f"{w.where(*where)}: {owner} refers to ${{{ref}.{field}}}, but there is no node "
+                            f"'{ref}'{_closest(ref, g.nodes)}")
+    if ref == owner:
+        raise WorkflowError(f"{w.where(*where)}: node '{owner}' refers to its own output; a node cannot depend "
+                            "on itself")
+    if field not in NODE_FIELDS:
+        raise WorkflowError(f"{w.where(*where)}: ${{{ref}.{field}}}: a node gives "
+                            f"{', '.join('${' + ref + '.' + f + '}' for f in NODE_FIELDS)}"
+                            f"{_closest(field, NODE_FIELDS)}")
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a workflow file (for editor completion)."""
+    schema = WorkflowFile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "stepspec workflow"
+    return schema
