@@ -248,3 +248,14 @@ def test_agent_node_uses_its_tool(tmp_path):
 def test_run_cli_fails_before_loading_models_on_a_missing_input(tmp_path):
     r = subprocess.run(CLI + ["run", str(EXAMPLES[0])], capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode == 2 and "is required" in r.stderr, r.stderr
+
+
+def test_the_readme_workflow_validates(tmp_path):
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Workflows, agents and tools"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "readme.yaml").write_text(block)
+    w = load_workflow(tmp_path / "readme.yaml")
+    assert set(w.spec.workflow.nodes) == {"plan", "answer"}

@@ -563,7 +563,7 @@ def _print_router(m: dict, curve: list) -> None:
                   f"{pct(m['positive_share_held_out'])} held out", highlight=False)
     console.print(f"ROC-AUC: held out {num(m['auc_held_out'])}, train {num(m['auc_train'])}", highlight=False)
     table = Table("policy (held out)", "target calls", "target tokens", "mean step quality",
-                  title=f"tau {m['tau']:.3f} for {m['goal']}: goal {'met' if m['goal_met'] else 'NOT met'}")
+                  title=f"tau {m['tau']:.4g} for {m['goal']}: goal {'met' if m['goal_met'] else 'NOT met'}")
     rows = {"router at tau": m["held_out_at_tau"], **m["held_out_references"]}
     for name, p in rows.items():
         table.add_row(name, pct(p["target_call_share"]), pct(p["target_token_share"]), num(p["mean_quality"], ".2f"))
@@ -571,8 +571,9 @@ def _print_router(m: dict, curve: list) -> None:
     if curve:
         step = max(1, len(curve) // 12)
         c = Table("tau", "target calls", "target tokens", "mean step quality", title="held-out routing curve")
-        for point in [*curve[::step], curve[-1]]:
-            c.add_row(f"{point.tau:.3f}", pct(point.target_call_share), pct(point.target_token_share),
+        shown = curve[::step] if (len(curve) - 1) % step == 0 else [*curve[::step], curve[-1]]
+        for point in shown:
+            c.add_row(f"{point.tau:.4g}", pct(point.target_call_share), pct(point.target_token_share),
                       f"{point.mean_quality:.2f}")
         console.print(c)
 

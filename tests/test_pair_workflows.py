@@ -1,0 +1,42 @@
+"""Workflows and the agent on the bundled pair through real vLLM (minutes)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
+from workflows.datasets import load_problems
+from workflows.graders import get_grader
+
+pytestmark = pytest.mark.pair
+
+EXAMPLES = Path(__file__).parent.parent / "workflows" / "examples"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prepared():
+    for name in (BUNDLED_TARGET, BUNDLED_DRAFT):
+        if not is_prepared(name):
+            pytest.fail(f"bundled model '{name}' is not prepared: run `stepspec models prepare` (make test does)")
+
+
+def test_gsm8k_example_runs_from_the_command_line(tmp_path):
+    question = "A baker makes 12 muffins a day for 5 days and sells 41 of them. How many are left?"
+    record = tmp_path / "record.json"
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "run",
+                        str(EXAMPLES / "gsm8k_specreason.yaml"), "--input", f"question={question}",
+                        "--output", str(record)], capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    saved = json.loads(record.read_text())
+    solve = saved["nodes"]["solve"]
+    assert saved["status"] == "complete" and solve["status"] == "done"
+    assert solve["details"]["stats"]["num_drafted_steps"] >= 1 and solve["text"]
+    assert saved["outputs"]["answer"] == solve["output"]
+    print(f"\nanswer {solve['output']!r} (19 expected), {solve['seconds']:.0f} s, "
+          f"{solve['details']['stats']['num_accepted_steps']}/{solve['details']['stats']['num_drafted_steps']} "
+          "drafted steps accepted")
