@@ -23,6 +23,9 @@ class Chat(str):
             raise ValueError("a Chat ends with a user message: the trace is the assistant's answer to it")
         return chat
 
+    def __reduce__(self):  # copy and pickle keep the messages
+        return Chat, (str(self), [{"role": r, "content": c} for r, c in self.messages])
+
 
 def reasoning_messages(question: str, system_prompt: str = REASONING_SYSTEM_PROMPT) -> list[dict[str, str]]:
     """The chat that opens every reasoning trace; steps continue the assistant turn.

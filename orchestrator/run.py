@@ -207,7 +207,7 @@ class TraceRun:
     def finish(self, stop_reason: str, error: str | None = None) -> Trace:
         steps = tuple(self.steps)
         return Trace(
-            question=self.question,
+            question=str(self.question),  # a Chat's task text; its messages are the agent's to keep
             strategy=self.strategy,
             steps=steps,
             answer=find_answer(join_steps(steps, self.rules.delimiter), self.rules),

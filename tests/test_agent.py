@@ -8,6 +8,7 @@ import pytest
 from fake_engine import ScriptedEngine
 from judges.base import Verdict
 from orchestrator.reasoner import Reasoner
+from orchestrator.trace import Trace
 from workflows.agent import Agent, AgentError, ToolCall, parse_action
 from workflows.examples.tools import calculator
 from workflows.tools import ToolError, as_tool, make_tool, tool
@@ -109,6 +110,8 @@ def test_agent_reasons_calls_the_tool_and_answers():
     assert [m for m in result.messages if m[0] == "user"][1:] == [("user", "Observation: 24"), ("user", "Observation: 33")]
     assert "calculator(expression: str)" in result.messages[0][1]
     assert all(t.stop_reason == "action" for t in result.traces[:2])
+    saved = Trace.from_json(result.traces[1].to_json())  # a trace of a chat is saved like any other
+    assert saved.question == result.task and saved.stop_reason == "action"
 
 
 def test_malformed_call_gets_an_observation_and_the_agent_goes_on():
