@@ -27,6 +27,7 @@ from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import StrategyError, check_options, get_strategy
 from orchestrator.trace import StepRecord, Trace
+from orchestrator.verify_queue import JudgeQueue
 from routers.base import Router, RouterError
 from routers.registry import make_router
 
@@ -134,10 +135,13 @@ class Reasoner:
             name = judge or self.strategy.default_judge
             if name == "score":
                 options.setdefault("step_delimiter", self.rules.delimiter)
-            return make_judge(name, engine=self.target, **options)
-        if options:
+            built = make_judge(name, engine=self.target, **options)
+        elif options:
             raise JudgeError("judge_options apply to a judge given by name, not to a judge object")
-        return judge
+        else:
+            built = judge
+        # one queue for every problem this reasoner solves: their judge requests batch together
+        return JudgeQueue(built) if self.strategy.queued_judge else built
 
     def _build_router(self, router: str | Router | None, options: dict[str, Any]) -> Router | None:
         if not self.strategy.needs_router:

@@ -204,7 +204,7 @@ class TraceRun:
             "eos" if step.complete else "max_tokens")
         return self.ended
 
-    def finish(self, stop_reason: str, error: str | None = None) -> Trace:
+    def finish(self, stop_reason: str, error: str | None = None, search: dict[str, Any] | None = None) -> Trace:
         steps = tuple(self.steps)
         return Trace(
             question=str(self.question),  # a Chat's task text; its messages are the agent's to keep
@@ -220,4 +220,5 @@ class TraceRun:
             model_seconds=self.clock.seconds,
             error=error,
             delimiter=self.rules.delimiter,
+            search=search,
         )

@@ -70,18 +70,20 @@ async def generate_steps(
     rules: StepRules,
     max_step_tokens: int | Sequence[int],
     temperature: float = 0.0,
-    seed: int | None = None,
+    seed: int | Sequence[int | None] | None = None,
     until_end: bool = False,
     logprobs: int | None = None,
 ) -> list[GeneratedStep]:
     """One step for each prompt, in one batched call (more only for code blocks).
 
-    ``max_step_tokens``: one cap for all, or one per prompt. ``until_end``: no
+    ``max_step_tokens``: one cap for all, or one per prompt; ``seed`` likewise (sampled
+    siblings of one prompt need seeds of their own). ``until_end``: no
     delimiter stop; write until EOS or the cap (the answer after ``</think>``).
     ``logprobs``: return each token's logprob and top-``logprobs`` entropy (what a
     router reads about the draft's confidence)."""
     t0 = time.perf_counter()
     caps = [max_step_tokens] * len(prompts) if isinstance(max_step_tokens, int) else list(max_step_tokens)
+    seeds = [seed] * len(prompts) if seed is None or isinstance(seed, int) else list(seed)
     texts = [""] * len(prompts)
     num_tokens = [0] * len(prompts)
     ended: list[tuple[bool, str | None] | None] = [None] * len(prompts)  # (complete, ends)
@@ -96,7 +98,7 @@ async def generate_steps(
             GenerationRequest(
                 prompts[i] + texts[i],
                 SamplingSpec(max_tokens=caps[i] - num_tokens[i], temperature=temperature,
-                             seed=seed, stop=stop, logprobs=logprobs),
+                             seed=seeds[i], stop=stop, logprobs=logprobs),
             )
             for i in pending
         ]

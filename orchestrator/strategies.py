@@ -10,6 +10,11 @@ lookahead        the draft, γ ahead; the target checks them in a batch  yes   c
 spec-thinking    the draft; the target after a reflection cue           yes   -
 arbitrage        the draft; the target where a router routes the step   yes   (router)
 arbitrage-oracle both, every step; the judge keeps the better one       yes   score
+tree             beam search: the draft proposes k steps per branch,    yes   score
+                 the judge rates all in one batch, the best b go on
+tree-target      the same search with the target proposing (baseline)   -     score
+best-of-n        n drafted solutions, a vote, the target breaks ties    yes   score
+best-of-n-target n solutions the target samples, the same vote          -     score
 ================ ====================================================== ===== =======
 """
 
@@ -22,9 +27,11 @@ from typing import Any, Awaitable, Callable
 
 from orchestrator.arbitrage import arbitrage, arbitrage_oracle
 from orchestrator.baseline import draft_only, target_only
+from orchestrator.best_of_n import best_of_n, best_of_n_target
 from orchestrator.lookahead import lookahead
 from orchestrator.spec_thinking import spec_thinking
 from orchestrator.specreason import specreason
+from orchestrator.tree import tree, tree_target
 from orchestrator.trace import Trace
 
 
@@ -41,13 +48,16 @@ class Strategy:
     # Whether the judge sees the target's own step (equivalence judges need it).
     judge_sees_target_step: bool = False
     needs_router: bool = False  # decisions come from a router (routers/), not a judge
+    # Judge requests from all of a reasoner's problems go through one batching queue.
+    queued_judge: bool = False
 
     @property
     def options(self) -> tuple[str, ...]:
         """Keyword options of the strategy itself (not the shared question/engines/rules/budget)."""
         shared = {"question", "draft", "target", "judge", "router", "rules", "budget", "on_step", "on_example",
-                  "problem_id"}
-        return tuple(p for p in inspect.signature(self.run).parameters if p not in shared)
+                  "problem_id", "proposer", "sampler"}
+        params = inspect.signature(self.run).parameters.values()
+        return tuple(p.name for p in params if p.name not in shared and p.kind is not p.VAR_KEYWORD)
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -60,6 +70,10 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("spec-thinking", spec_thinking, needs_draft=True, default_judge=None),
         Strategy("arbitrage", arbitrage, needs_draft=True, default_judge=None, needs_router=True),
         Strategy("arbitrage-oracle", arbitrage_oracle, needs_draft=True, default_judge="score"),
+        Strategy("tree", tree, needs_draft=True, default_judge="score", queued_judge=True),
+        Strategy("tree-target", tree_target, needs_draft=False, default_judge="score", queued_judge=True),
+        Strategy("best-of-n", best_of_n, needs_draft=True, default_judge="score", queued_judge=True),
+        Strategy("best-of-n-target", best_of_n_target, needs_draft=False, default_judge="score", queued_judge=True),
     )
 }
 

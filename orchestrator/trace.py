@@ -64,6 +64,9 @@ class Trace:
     model_seconds: float = 0.0
     error: str | None = None
     delimiter: str = "\n\n"
+    # Search strategies (tree, best-of-n): what was explored beside the chosen steps
+    # (the tree as node-link data, the samples and their votes, the judge queue's stats).
+    search: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:

@@ -129,7 +129,7 @@ def _print_step(record, width: int = 0) -> None:
 def solve(
     question: Optional[str] = typer.Argument(None, help="The question (default: one from --dataset)."),
     strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking, "
-                                 "arbitrage, arbitrage-oracle."),
+                                 "arbitrage, arbitrage-oracle, tree, tree-target, best-of-n, best-of-n-target."),
     judge: Optional[str] = typer.Option(None, help="score, exact, embedding, llm-equivalence, cascade "
                                         "(default: the strategy's)."),
     threshold: Optional[float] = typer.Option(None, help="score judge: accept at or above this 0-9 score."),
@@ -159,6 +159,9 @@ def solve(
     kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
     max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
     trace_out: Optional[str] = typer.Option(None, help="Write the trace as JSON here (also on failure)."),
+    opt: list[str] = typer.Option([], help="Any strategy option, key=value (e.g. k=3, beam=2, n=5) (repeatable)."),
+    show_tree: bool = typer.Option(False, help="tree: print the search tree after the answer."),
+    tree_png: Optional[str] = typer.Option(None, help="tree: draw the search tree to this PNG file."),
     as_json: bool = typer.Option(False, "--json", help="Print the solution as JSON instead of streaming."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -185,6 +188,7 @@ def solve(
                                      takeover_tokens=takeover_tokens,
                                      cues=None if cues is None else tuple(c.strip() for c in cues.split(","))).items()
                if v is not None}
+    options.update(_parse_opts(opt, "--opt"))
     judge_options = _parse_opts(judge_opt)
     for key, value in (("threshold", threshold), ("method", score_method)):
         if value is not None:
@@ -254,6 +258,17 @@ def solve(
             table.add_row(f"{role} token speculation",
                           f"acceptance {sd['acceptance_rate']:.2f}, {sd['mean_acceptance_length']:.2f} tokens per pass")
     console.print(table)
+    if show_tree or tree_png:
+        if not trace.search or "tree" not in trace.search:
+            raise ValueError(f"--show-tree/--tree-png need a tree search (--strategy tree or tree-target), "
+                             f"not '{strategy}'")
+        from workflows.tree_view import draw_tree, rich_tree
+
+        if show_tree:
+            console.rule("search tree")
+            console.print(rich_tree(trace))
+        if tree_png:
+            console.print(f"tree drawn: {draw_tree(trace, tree_png)}")
 
 
 bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 or your JSONL.")

@@ -1,0 +1,223 @@
+"""Tree search, best-of-n and the judge queue: bookkeeping on scripted engines, and the
+search on tiny real models through vLLM."""
+
+import asyncio
+import re
+
+import pytest
+
+from engine.types import Completion, FinishReason, GenerationResult
+from fake_engine import ScriptedEngine
+from judges.base import StepCandidate, Verdict
+from orchestrator.best_of_n import answer_key, best_of_n, best_of_n_target
+from orchestrator.reasoner import Reasoner
+from orchestrator.run import Budget
+from orchestrator.trace import Trace
+from orchestrator.tree import load_tree, tree, tree_target
+from orchestrator.verify_queue import JudgeQueue
+
+Q = "What is 3 + 4?"
+
+
+class Sampler(ScriptedEngine):
+    """Writes ``choose(prompt, seed)``: sampled siblings differ by their seeds."""
+
+    def __init__(self, name, choose):
+        super().__init__(name)
+        self.choose = choose
+        self.batches: list[int] = []
+
+    async def generate(self, requests):
+        self.batches.append(len(requests))
+        out = []
+        for r in requests:
+            self.prompts.append(str(r.prompt))
+            text = self.choose(str(r.prompt), r.sampling.seed)
+            reason, stop_string = FinishReason.EOS, None
+            hits = [(text.index(s), s) for s in r.sampling.stop if s in text]
+            if hits:
+                at, stop_string = min(hits)
+                text, reason = text[:at], FinishReason.STOP
+            ids = tuple(range(len(text.split())))
+            out.append(GenerationResult((Completion(text, ids, reason, stop_string),), 1))
+        return out
+
+
+class TextScore:
+    """A judge scoring a candidate by a "[s=N]" tag in its text (0 without one); accepts at 5."""
+
+    name, needs_target_step = "tag", False
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    async def judge(self, candidates):
+        self.calls.append(len(candidates))
+        out = []
+        for c in candidates:
+            m = re.search(r"\[s=(\d+)\]", c.draft_step)
+            s = float(m.group(1)) if m else 0.0
+            out.append(Verdict(self.name, s >= 5, score=s, num_judge_calls=1))
+        return out
+
+
+def depth_of(prompt: str) -> int:
+    return prompt.split("<|assistant|>")[-1].count("\n\n")
+
+
+def test_beam_keeps_b_branches_per_depth_and_the_best_answer_wins():
+    # depth 1: three candidates scored 9, 7, 3; depth 2: each branch's samples end the
+    # trace with an answer scored by the seed
+    def choose(prompt, seed):
+        if depth_of(prompt) == 0:
+            return ["a [s=9]\n\n", "b [s=7]\n\n", "c [s=3]\n\n"][seed % 3]
+        branch = "a" if "a [s=9]" in prompt else "b"
+        answer = {"a": [("\\boxed{1} [s=2]"), ("\\boxed{2} [s=6]")], "b": [("\\boxed{3} [s=9]"), ("\\boxed{4} [s=8]")]}
+        return answer[branch][seed % 2]
+
+    draft, target, judge = Sampler("draft", choose), Sampler("target", choose), TextScore()
+    trace = asyncio.run(tree(Q, draft=draft, target=target, judge=judge, k=3, beam=2, max_depth=4))
+    g = load_tree(trace)
+    depth1 = [n for n in g.nodes if g.nodes[n]["depth"] == 1]
+    assert sorted(g.nodes[n]["score"] for n in depth1) == [3, 7, 9]
+    assert sorted(g.nodes[n]["score"] for n in depth1 if g.nodes[n]["beam"]) == [7, 9]  # b = 2 survive
+    assert all(g.out_degree(n) == 0 for n in depth1 if not g.nodes[n]["beam"])  # the pruned one stops
+    # paths: a(9)->1(2): 5.5, a->2(6): 7.5, b(7)->3(9): 8.0, b->4(8): 7.5: the best mean score wins
+    assert trace.answer == "3" and [s.text for s in trace.steps] == ["b [s=7]", "\\boxed{3} [s=9]"]
+    assert [g.nodes[n]["text"] for n in g.nodes if g.nodes[n].get("chosen")] == ["b [s=7]", "\\boxed{3} [s=9]"]
+    assert trace.search["num_finished"] == 4 and trace.stop_reason == "answer"
+    # one batched proposal call and one judge batch per depth, candidates of both branches together
+    assert draft.batches[:2] == [3, 6] and judge.calls == [3, 6] and target.batches == []
+
+
+def test_target_writes_only_where_every_candidate_is_poor():
+    def choose(prompt, seed):
+        return "poor [s=1]\n\n" if depth_of(prompt) == 0 else "\\boxed{5} [s=6]"
+
+    target = Sampler("target", lambda p, s: "target step [s=8]\n\n")
+    trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=target, judge=TextScore(), k=3, beam=2,
+                             max_depth=3))
+    assert trace.steps[0].author == "target" and trace.steps[0].text == "target step [s=8]"
+    assert trace.steps[1].author == "draft" and trace.answer == "5"
+    assert target.batches == [1]  # one branch, one regenerated step
+
+
+def test_budgets_stop_the_search():
+    endless = Sampler("draft", lambda p, s: f"more {s} [s=6]\n\n")
+    trace = asyncio.run(tree(Q, draft=endless, target=endless, judge=TextScore(), k=2, beam=2, max_depth=3))
+    assert trace.stop_reason == "max_depth" and len(trace.steps) == 3 and trace.answer is None
+    small = asyncio.run(tree(Q, draft=endless, target=endless, judge=TextScore(), k=2, beam=2, max_depth=50,
+                             token_budget=20))
+    assert small.stop_reason == "token_budget" and small.search["num_tree_tokens"] >= 20
+    capped = asyncio.run(tree(Q, draft=endless, target=endless, judge=TextScore(), k=2, beam=2, max_depth=50,
+                              budget=Budget(max_tokens=9, max_step_tokens=4)))
+    assert capped.stop_reason == "max_tokens" and capped.num_tokens >= 9
+
+
+def test_tree_serializes_and_reloads():
+    trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
+                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2))
+    again = Trace.from_json(trace.to_json())
+    g1, g2 = load_tree(trace), load_tree(again)
+    assert sorted(g1.nodes(data=True)) == sorted(g2.nodes(data=True)) and sorted(g1.edges) == sorted(g2.edges)
+    # root, 2 children, 2 x 2 grandchildren (the beam keeps 2), then one answer each (equal samples merge)
+    assert g1.number_of_nodes() == 1 + 2 + 4 + 2
+
+
+def test_the_queue_batches_requests_from_many_callers_into_one_judge_call():
+    judge = TextScore()
+    queue = JudgeQueue(judge)
+
+    async def caller(i):
+        return await queue.judge([StepCandidate(Q, (), f"c{i} [s={i}]") for _ in range(2)])
+
+    async def main():
+        return await asyncio.gather(*(caller(i) for i in range(5)))
+
+    results = asyncio.run(main())
+    assert judge.calls == [10] and queue.stats.num_batches == 1 and queue.stats.batch_sizes == [10]
+    assert [r[0].score for r in results] == [0, 1, 2, 3, 4]
+    assert len(queue.stats.wait_seconds) == 10
+
+
+def test_queue_shares_one_batch_across_problems_of_solve_many():
+    def choose(prompt, seed):
+        return "\\boxed{1} [s=7]" if depth_of(prompt) else f"step {seed % 3} [s=6]\n\n"
+
+    judge = TextScore()
+    r = Reasoner(Sampler("t", choose), Sampler("d", choose), strategy="tree", judge=judge, k=3, beam=2)
+    solutions = r.solve_many(["q1?", "q2?", "q3?"])
+    assert all(s.answer == "1" for s in solutions)
+    assert judge.calls[0] == 9  # three problems' first-depth candidates in one judge call
+
+
+# -- best-of-n --------------------------------------------------------------------------------
+
+
+def test_best_of_n_votes_and_the_target_breaks_ties():
+    def majority(prompt, seed):
+        return ["x \\boxed{18}", "y \\boxed{18.0}", "z \\boxed{16}"][seed % 3]
+
+    judge = TextScore()
+    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", majority), target=Sampler("t", majority), judge=judge, n=3))
+    assert trace.answer == "18" and trace.search["votes"] == {"18": 2, "16": 1} and judge.calls == []
+
+    def tie(prompt, seed):
+        return ["a \\boxed{1} [s=3]", "b \\boxed{2} [s=8]"][seed % 2]
+
+    judge = TextScore()
+    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", tie), target=Sampler("t", tie), judge=judge, n=4))
+    assert trace.answer == "2" and judge.calls == [4] and trace.search["judged"]
+    base = asyncio.run(best_of_n_target(Q, target=Sampler("t", tie), judge=TextScore(), n=2, vote="weighted"))
+    assert base.answer == "2" and base.strategy == "best-of-n-target" and base.steps[0].author == "target"
+    assert answer_key("1,000") == answer_key("1000.0") == "1000" and answer_key(None) is None
+
+
+# -- tiny real models -------------------------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_tree_search_on_tiny_real_models(tmp_path_factory):
+    from conftest import tiny_engine
+    from tiny_models import build_tiny_model
+
+    paths = [build_tiny_model(tmp_path_factory.mktemp(f"t{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
+             for s in (0, 1)]
+
+    async def main():
+        target, draft = tiny_engine(paths[0], max_logprobs=512), tiny_engine(paths[1])
+        try:
+            r = Reasoner(target, draft, strategy="tree", judge_options={"top_k": 512, "threshold": 0.0},
+                         budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
+                         rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
+            return await r.asolve_many([Q, "What is 5 + 6?"])
+        finally:
+            await target.close()
+            await draft.close()
+
+    solutions = asyncio.run(main())
+    for s in solutions:
+        g = load_tree(Trace.from_json(s.trace.to_json()))
+        for depth in range(1, 4):
+            beam = [n for n in g.nodes if g.nodes[n]["depth"] == depth and g.nodes[n]["beam"]]
+            assert len(beam) <= 2
+        assert 1 <= len(s.trace.steps) <= 3 and s.trace.search["queue"]["num_candidates"] >= 3
+        assert s.trace.num_generated_tokens["draft"] >= s.trace.num_tokens
+    # both problems' first-depth candidates (3 each) went to the target in one batch
+    assert solutions[0].trace.search["queue"]["max_batch_size"] >= 6
+
+
+def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
+    from rich.console import Console
+
+    from workflows.tree_view import draw_tree, rich_tree
+
+    trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
+                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2))
+    console = Console(record=True, width=120)
+    console.print(rich_tree(trace))
+    shown = console.export_text()
+    assert shown.count("draft 7.00") == 6 and shown.count("draft 8.00  \\boxed{1}") == 2
+    assert shown.startswith("question: What is 3 + 4?") and "target" not in shown
+    png = draw_tree(trace, tmp_path / "tree.png")
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

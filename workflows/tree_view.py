@@ -1,0 +1,78 @@
+"""Showing a search tree: in the terminal (rich) and as a picture (matplotlib PNG)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from orchestrator.trace import Trace
+from orchestrator.tree import load_tree
+
+
+def _label(data: dict[str, Any], width: int = 70) -> str:
+    text = " ".join(str(data.get("text", "")).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    score = data.get("score")
+    return f"{data.get('author', '?')} {'-' if score is None else f'{score:.2f}'}  {text}"
+
+
+def rich_tree(trace: Trace):
+    """The search tree as a rich Tree: the chosen path in bold green, beam survivors
+    in yellow, pruned candidates dim."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    g = load_tree(trace)
+    root = Tree(Text(f"question: {' '.join(trace.question.split())[:80]}", style="bold"))
+
+    def add(parent_node: Any, parent_tree: Any) -> None:
+        for child in sorted(g.successors(parent_node)):
+            data = g.nodes[child]
+            style = "bold green" if data.get("chosen") else ("yellow" if data.get("beam") else "dim")
+            add(child, parent_tree.add(Text(_label(data), style=style)))
+
+    add(0, root)
+    return root
+
+
+def draw_tree(trace: Trace, path: str | os.PathLike) -> str:
+    """A PNG of the tree, one row per depth, the chosen path highlighted; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = load_tree(trace)
+    order: dict[int, list[int]] = {}
+
+    def visit(node: int) -> None:
+        order.setdefault(g.nodes[node].get("depth", 0), []).append(node)
+        for child in sorted(g.successors(node)):
+            visit(child)
+
+    visit(0)
+    width = max(len(v) for v in order.values())
+    pos = {n: ((i + 0.5) / len(nodes) * width, -depth) for depth, nodes in order.items() for i, n in enumerate(nodes)}
+    fig, ax = plt.subplots(figsize=(max(6, width * 1.6), max(3, len(order) * 1.2)))
+    for a, b in g.edges:
+        chosen = g.nodes[a].get("chosen", a == 0) and g.nodes[b].get("chosen")
+        ax.plot(*zip(pos[a], pos[b]), color="tab:green" if chosen else "0.75", lw=2.5 if chosen else 1, zorder=1)
+    for n, (x, y) in pos.items():
+        data = g.nodes[n]
+        color = ("tab:green" if data.get("chosen") or n == 0 else
+                 "tab:orange" if data.get("beam") else "0.8")
+        marker = "s" if data.get("author") == "target" else "o"
+        ax.scatter([x], [y], s=220, c=color, marker=marker, zorder=2, edgecolors="black", linewidths=0.5)
+        score = data.get("score")
+        ax.annotate("Q" if n == 0 else ("-" if score is None else f"{score:.1f}"), (x, y), ha="center",
+                    va="center", fontsize=7, zorder=3)
+    ax.set_title(f"{trace.strategy}: answer {trace.answer} (green: chosen path, orange: kept in the beam, "
+                 "square: written by the target)", fontsize=9)
+    ax.set_yticks([-d for d in order], [f"depth {d}" for d in order])
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
