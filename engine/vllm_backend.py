@@ -187,6 +187,12 @@ class VLLMEngine:
             served_model_name=self.name,
             enforce_eager=cpu if self.enforce_eager is None else self.enforce_eager,
         )
+        if cpu:
+            # vLLM's CPU default is 128-token KV blocks: up to 127 tokens of every prompt
+            # miss the prefix cache. Step-level prompts (the next step, a judge's score)
+            # share long prefixes and differ in a short tail, so the smallest block the
+            # CPU kernels like (32) lets the cache serve far more of each prompt.
+            kwargs["block_size"] = 32
         if self.speculative_config:
             kwargs["speculative_config"] = dict(self.speculative_config)
             kwargs["per_request_spec_decode_metrics"] = "summary"

@@ -40,3 +40,39 @@ def test_gsm8k_example_runs_from_the_command_line(tmp_path):
     print(f"\nanswer {solve['output']!r} (19 expected), {solve['seconds']:.0f} s, "
           f"{solve['details']['stats']['num_accepted_steps']}/{solve['details']['stats']['num_drafted_steps']} "
           "drafted steps accepted")
+
+
+# GSM8K test problems short enough for a 384-token agent on two CPU cores
+AGENT_PROBLEMS = (1, 3, 6)
+
+
+def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
+    """The calculator_agent example, in process: the agent's thoughts are SpecReason steps
+    on the real pair, its calculator calls are parsed, run and fed back, and it answers."""
+    from workflows.runner import WorkflowRun
+    from workflows.spec import load_workflow
+
+    problems = [load_problems("gsm8k")[i] for i in AGENT_PROBLEMS]
+    grader = get_grader("gsm8k")
+    run = WorkflowRun(load_workflow(EXAMPLES / "calculator_agent.yaml"))
+    records = []
+    try:
+        for p in problems:
+            records.append(runner.run(run.run({"question": p.question})))
+    finally:
+        runner.run(run.close())
+    calls = []
+    correct = 0
+    for p, record in zip(problems, records):
+        node = record["nodes"]["answer"]
+        assert node["status"] == "done", node["error"]
+        used = [c for c in node["details"]["tool_calls"] if c["used"]]
+        calls += used
+        ok = node["answer"] is not None and grader.grade(f"\\boxed{{{node['answer']}}}", p.reference)["strict"].correct
+        correct += ok
+        print(f"\n#{p.index}: answer {node['answer']!r} (gold {grader.gold(p.reference)}), "
+              f"{len(used)} calculator calls ({sum(c['speculative'] for c in used)} started from the draft), "
+              f"{node['details']['iterations']} turns, {node['seconds']:.0f} s")
+    assert calls and all(c["tool"] == "calculator" for c in calls)
+    assert any(c["ok"] for c in calls)  # at least one call the agent wrote was read and computed
+    assert correct >= 1

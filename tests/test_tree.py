@@ -221,3 +221,21 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
     assert shown.startswith("question: What is 3 + 4?") and "target" not in shown
     png = draw_tree(trace, tmp_path / "tree.png")
     assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path):
+    from test_bench import engines, write_problems
+    from workflows.bench import BenchSpec, run_bench
+
+    data = write_problems(tmp_path / "p.jsonl", n=3)
+    spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
+                     strategies=("target-only", "tree", "tree-target", "best-of-n", "best-of-n-target"),
+                     strategy_options={"tree": {"k": 2, "beam": 2}, "tree-target": {"k": 2, "beam": 2},
+                                       "best-of-n": {"n": 3}, "best-of-n-target": {"n": 3}})
+    results = asyncio.run(run_bench(spec, tmp_path / "run", engines=engines()))
+    r = results["results"]
+    assert r["tree"]["speedup"]["over"] == "tree-target" and r["best-of-n"]["speedup"]["over"] == "best-of-n-target"
+    assert r["tree-target"]["speedup"]["over"] == "target-only" and r["tree-target"]["accuracy"]["exact"] == 1.0
+    assert all(r[s]["num_problems"] == 3 for s in spec.strategies)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "(vs tree-target)" in report and "(vs best-of-n-target)" in report

@@ -7,7 +7,10 @@ Terms (per strategy, over the run's problems):
 * wall time p50/p90: seconds per problem, measured around each solve.
 * output tokens/s: tokens of the final traces over the seconds spent on them.
 * speedup over the baseline: per problem, baseline seconds / strategy seconds;
-  the median and the geometric mean of those ratios.
+  the median and the geometric mean of those ratios. The baseline is
+  ``target-only``, except for a search strategy whose target-only twin ran
+  too (``PAIRED_BASELINES``: ``tree`` over ``tree-target``, ``best-of-n`` over
+  ``best-of-n-target``: the same search, the target doing all of it).
 * step acceptance rate: accepted drafted steps / drafted steps, pooled.
 * target token share: tokens of the traces' text the target wrote / all of them.
 * token-level acceptance (vLLM, per engine): accepted draft tokens / proposed
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 
 PLOTS = ("accuracy_vs_speedup.png", "latency_cdf.png", "acceptance_by_position.png")
+PAIRED_BASELINES = {"tree": "tree-target", "best-of-n": "best-of-n-target"}
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -37,9 +41,10 @@ def _ratio(a: float, b: float) -> float | None:
 def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[str],
               baseline: str | None = "target-only") -> dict[str, dict[str, Any]]:
     """Per strategy, the run's metrics from its sample records."""
-    base = {r["doc_id"]: r for r in records.get(baseline, [])} if baseline else {}
     out = {}
     for strategy, rows in records.items():
+        over = PAIRED_BASELINES.get(strategy) if PAIRED_BASELINES.get(strategy) in records else baseline
+        base = {r["doc_id"]: r for r in records.get(over, [])} if over else {}
         n = len(rows)
         m: dict[str, Any] = {"num_problems": n, "num_errors": sum(1 for r in rows if r["error"])}
         m["accuracy"] = {k: statistics.fmean(r["correct"][k] for r in rows) if n else None for k in metrics}
@@ -56,7 +61,7 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
                   if r["doc_id"] in base and r["seconds"] > 0]
         m["speedup"] = {"median": statistics.median(ratios) if ratios else None,
                         "geomean": math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
-                        "num_problems": len(ratios)}
+                        "num_problems": len(ratios), "over": over if ratios else None}
         m["step_acceptance_rate"] = _ratio(sum(s["num_accepted_steps"] for s in stats),
                                            sum(s["num_drafted_steps"] for s in stats))
         m["target_token_share"] = _ratio(sum(s["num_target_tokens"] for s in stats), num_tokens)
@@ -113,7 +118,9 @@ def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[st
             "-" if acc is None else f"{acc:.1%}" + ("" if se is None else f" ± {se:.1%}"),
             *[_fmt(m["accuracy"][k], ".1%") for k in others],
             _fmt(m["seconds_p50"], ".1f"), _fmt(m["seconds_p90"], ".1f"), _fmt(m["output_tokens_per_second"], ".2f"),
-            _fmt(m["speedup"]["median"], ".2f", "×"), _fmt(m["speedup"]["geomean"], ".2f", "×"),
+            _fmt(m["speedup"]["median"], ".2f", "×") + (f" (vs {m['speedup']['over']})" if m["speedup"].get("over")
+                                                         not in (None, "target-only") else ""),
+            _fmt(m["speedup"]["geomean"], ".2f", "×"),
             _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
             "-" if target_tokens is None else
             f"{target_tokens['acceptance_rate']:.2f} ({target_tokens['mean_acceptance_length']:.2f}/pass)",
