@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-fast bench bench-tokens router bench-router
+.PHONY: setup demo test test-fast bench bench-tokens router bench-router bench-tree
 
 setup:
 	bash scripts/bootstrap.sh
@@ -43,3 +43,12 @@ router: setup
 
 bench-router: router
 	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,arbitrage,arbitrage-oracle --router runs/router.pt --output-dir runs/gsm8k30-router
+
+# Speculative tree search and best-of-n against their target-only twins (same k, beam,
+# depth; same n) on the first 20 GSM8K test problems; suffix decoding inside the target
+# reuses the text of sibling branches.
+bench-tree: setup
+	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 20 --spec suffix --max-tokens 512 \
+		--strategies tree,tree-target,best-of-n,best-of-n-target \
+		--opt tree.k=3 --opt tree.beam=2 --opt tree-target.k=3 --opt tree-target.beam=2 \
+		--opt best-of-n.n=5 --opt best-of-n-target.n=5 --output-dir runs/gsm8k20-tree
