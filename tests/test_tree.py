@@ -102,6 +102,16 @@ def test_target_writes_only_where_every_candidate_is_poor():
     assert target.batches == [1]  # one branch, one regenerated step
 
 
+def test_tree_target_is_the_same_search_with_the_target_proposing():
+    def choose(prompt, seed):
+        return f"t{seed % 2} [s=6]\n\n" if depth_of(prompt) == 0 else "\\boxed{9} [s=8]"
+
+    target = Sampler("target", choose)
+    trace = asyncio.run(tree_target(Q, target=target, judge=TextScore(), k=2, beam=2))
+    assert trace.strategy == "tree-target" and trace.answer == "9"
+    assert all(s.author == "target" for s in trace.steps) and target.batches[:2] == [2, 4]
+
+
 def test_budgets_stop_the_search():
     endless = Sampler("draft", lambda p, s: f"more {s} [s=6]\n\n")
     trace = asyncio.run(tree(Q, draft=endless, target=endless, judge=TextScore(), k=2, beam=2, max_depth=3))
@@ -239,3 +249,31 @@ def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path
     assert all(r[s]["num_problems"] == 3 for s in spec.strategies)
     report = (tmp_path / "run" / "report.md").read_text()
     assert "(vs tree-target)" in report and "(vs best-of-n-target)" in report
+
+
+@pytest.mark.vllm
+def test_solve_shows_and_draws_the_tree_on_real_vllm(tmp_path_factory):
+    import os
+    import subprocess
+    import sys
+
+    from tiny_models import build_tiny_model
+
+    target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"st{seed}"), seed=seed, weight_std=0.5,
+                                      tie_word_embeddings=False) for seed in (0, 1))
+    out = tmp_path_factory.mktemp("tree")
+    r = subprocess.run(
+        [sys.executable, "-c", "from workflows.cli import main; main()", "solve", "How many eggs are left?",
+         "--strategy", "tree", "--opt", "k=2", "--opt", "beam=2", "--opt", "max_depth=3",
+         "--judge-opt", "threshold=0", "--target", str(target), "--draft", str(draft), "--spec", "none",
+         "--delimiter", "ge", "--max-step-tokens", "6", "--max-tokens", "24", "--kv-cache-gib", "0.25",
+         "--max-model-len", "512", "--trace-out", str(out / "trace.json"), "--show-tree",
+         "--tree-png", str(out / "tree.png")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    trace = Trace.from_json((out / "trace.json").read_text())
+    g = load_tree(trace)
+    assert "search tree" in r.stdout and r.stdout.count("draft ") >= g.number_of_nodes() - 1 - sum(
+        1 for n in g.nodes if g.nodes[n].get("author") == "target")
+    assert (out / "tree.png").read_bytes()[:4] == b"\x89PNG"
+    assert trace.search["options"]["k"] == 2 and trace.search["queue"]["num_batches"] >= 1

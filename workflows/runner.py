@@ -287,7 +287,8 @@ class WorkflowRun:
             rec.answer = result.answer
             rec.output = result.answer if result.answer is not None else rec.text
             rec.details = {"stop_reason": result.stop_reason, "iterations": result.num_iterations,
-                           "tool_calls": [asdict(c) for c in result.tool_calls]}
+                           "tool_calls": [asdict(c) for c in result.tool_calls],
+                           "messages": [list(m) for m in result.messages[1:]]}  # the system prompt is in the file
             return
         assert isinstance(node, ToolNode)
         result = await self.tools[node.tool].call(fill(node.args))
