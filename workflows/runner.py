@@ -283,7 +283,7 @@ class WorkflowRun:
             return
         if isinstance(node, AgentNode):
             result = await self.agents[node.agent].arun(_as_text(fill(node.task)))
-            rec.text = result.traces[-1].text if result.traces else ""
+            rec.text = "\n\n".join(content for _, content in result.messages[2:])  # thoughts and observations
             rec.answer = result.answer
             rec.output = result.answer if result.answer is not None else rec.text
             rec.details = {"stop_reason": result.stop_reason, "iterations": result.num_iterations,
