@@ -128,6 +128,8 @@ class Trace:
             "num_target_calls": self.num_target_calls,
             "num_judge_calls": self.num_judge_calls,
             "spec_decoding": self.spec_decoding,
+            # a search's summary (its tree or samples stay in ``search``)
+            "search": {k: v for k, v in self.search.items() if k not in ("tree", "samples")} if self.search else None,
         }
 
     def to_json(self) -> str:
