@@ -33,7 +33,7 @@ import asyncio
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from engine.types import GenerationRequest, GenerationResult
 from orchestrator.prompts import Chat
@@ -178,9 +178,19 @@ class Agent:
     """A reasoner with tools, a system prompt and an iteration limit."""
 
     def __init__(self, reasoner: Reasoner, tools: Sequence[Any] = (), *, system_prompt: str | None = None,
-                 max_iterations: int = 8, speculative_tools: bool = True) -> None:
+                 max_iterations: int = 8, speculative_tools: bool = True,
+                 demonstration: Sequence[Mapping[str, str]] = ()) -> None:
+        """``demonstration``: a worked exchange shown before the task, as chat turns
+        (user task, assistant thoughts and calls, user observations, ...): small
+        models follow a shown exchange far better than a described format."""
         if max_iterations < 1:
             raise AgentError(f"max_iterations must be >= 1, got {max_iterations}")
+        roles = [m.get("role") for m in demonstration]
+        if any(r not in ("user", "assistant") for r in roles) or (roles and (roles[0] != "user"
+                                                                             or roles[-1] != "assistant")):
+            raise AgentError("a demonstration is user/assistant turns, opening with the user's task and ending "
+                             "with the assistant's answer")
+        self.demonstration = [{"role": m["role"], "content": m["content"]} for m in demonstration]
         self.reasoner = reasoner
         self.tools: dict[str, Tool] = {}
         for obj in tools:
@@ -200,8 +210,9 @@ class Agent:
     async def arun(self, task: str, on_step: Callable[[StepRecord], None] | None = None) -> AgentResult:
         if not task or not task.strip():
             raise ValueError("the task is empty; give the agent something to do")
-        messages: list[dict[str, str]] = [{"role": "system", "content": self.system_prompt},
+        messages: list[dict[str, str]] = [{"role": "system", "content": self.system_prompt}, *self.demonstration,
                                           {"role": "user", "content": task}]
+        shown = len(messages) - 1  # the messages before the task
         traces: list[Trace] = []
         records: list[ToolCallRecord] = []
         stop = "max_iterations"
@@ -234,7 +245,7 @@ class Agent:
                 records.extend(await _discard(started))
         answer = next((t.answer for t in reversed(traces) if t.answer is not None), None)
         return AgentResult(task, answer, stop, tuple(traces), tuple(records),
-                           tuple((m["role"], m["content"]) for m in messages))
+                           tuple((m["role"], m["content"]) for m in messages[:1] + messages[shown:]))
 
     def run(self, task: str, on_step: Callable[[StepRecord], None] | None = None) -> AgentResult:
         return self.reasoner._run(self.arun(task, on_step))

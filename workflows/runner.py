@@ -138,7 +138,8 @@ class WorkflowRun:
                 raise WorkflowError(f"{w.where('tools', name)}: {e}") from None
         self.agents = {name: Agent(self.reasoners[a.reasoner], [self.tools[t] for t in a.tools],
                                    system_prompt=a.system_prompt, max_iterations=a.max_iterations,
-                                   speculative_tools=a.speculative_tools)
+                                   speculative_tools=a.speculative_tools,
+                                   demonstration=[t.model_dump() for t in a.demonstration])
                        for name, a in s.agents.items()}
 
     async def close(self) -> None:

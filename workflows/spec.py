@@ -146,12 +146,19 @@ class ToolSpec(_Strict):
         return v
 
 
+class DemoTurn(_Strict):
+    role: Literal["user", "assistant"]
+    content: str
+
+
 class AgentSpec(_Strict):
     reasoner: str
     tools: list[str] = Field(default_factory=list)
     system_prompt: str | None = None
     max_iterations: int = Field(8, ge=1)
     speculative_tools: bool = Field(True, description="Run side-effect-free tools as soon as the draft calls them.")
+    demonstration: list[DemoTurn] = Field(default_factory=list, description="A worked exchange shown before the "
+                                          "task: user and assistant turns.")
 
 
 # -- the workflow graph ----------------------------------------------------------------
