@@ -170,6 +170,8 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, questio
     target, router = target_engine(pair[0], "target"), Recording()
     draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5, engine_args={"enforce_eager": True})
     try:
+        runner.run(target.start())
+        runner.run(draft.start())
         trace = runner.run(arbitrage(question, draft=draft, target=target, router=router,
                                      budget=Budget(max_tokens=160, max_step_tokens=64)))
     finally:
