@@ -51,4 +51,4 @@ bench-tree: setup
 	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 20 --spec suffix --max-tokens 512 \
 		--strategies tree,tree-target,best-of-n,best-of-n-target \
 		--opt tree.k=3 --opt tree.beam=2 --opt tree-target.k=3 --opt tree-target.beam=2 \
-		--opt best-of-n.n=5 --opt best-of-n-target.n=5 --output-dir runs/gsm8k20-tree
+		--opt best-of-n.n=5 --opt best-of-n-target.n=5 --output-dir benchmarks/measured/gsm8k20_tree_cpu
