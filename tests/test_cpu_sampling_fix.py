@@ -1,7 +1,8 @@
 """The vLLM plugin that repairs sampled token-level speculation on the CPU build.
 
-The end-to-end proof (sampled speculation on a real engine) is in
-``test_token_speculation.py``; here: the replacement's contract and its wiring.
+The end-to-end proof (sampled suffix speculation on the real 1.5B) is
+``test_pair.py::test_sampled_suffix_speculation_writes_the_targets_text``;
+here: the replacement's contract and its wiring.
 """
 
 from importlib.metadata import entry_points

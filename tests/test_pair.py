@@ -84,11 +84,12 @@ def test_target_alone_generates_judges_and_stops(reference):
     assert short.finish_reason is FinishReason.EOS and "5" in short.text
 
 
-def speculate(runner, engine, prompt):
+def speculate(runner, engine, prompt, spec=SamplingSpec(max_tokens=MAX_TOKENS)):
+    """Start ``engine``, generate ``prompt`` once; the result and the engine's stats."""
     runner.run(engine.start())
     try:
-        (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
-        return r.completion, engine.stats()
+        (r,) = runner.run(engine.generate([GenerationRequest(prompt, spec)]))
+        return r, engine.stats()
     finally:
         runner.run(engine.close())
 
@@ -96,8 +97,8 @@ def speculate(runner, engine, prompt):
 @pytest.mark.parametrize("method", ["ngram", "suffix"])
 def test_lookup_methods_keep_greedy_output_identical(method, pair, reference, runner):
     engine = target_engine(pair[0], f"target+{method}", speculative_config(method))
-    completion, stats = speculate(runner, engine, reference["prompt"])
-    assert completion.token_ids == reference["ids"]
+    result, stats = speculate(runner, engine, reference["prompt"])
+    assert result.completion.token_ids == reference["ids"]
     sd = stats.spec_decoding
     assert sd.num_drafts > 0 and 0 < sd.num_accepted_tokens <= sd.num_draft_tokens
     assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
@@ -197,14 +198,10 @@ def test_sampled_suffix_speculation_writes_the_targets_text(pair, reference, run
     tokens are accepted (0.68 with the fix, on this prompt).
     """
     engine = target_engine(pair[0], "target+suffix-sampled", speculative_config("suffix"))
-    runner.run(engine.start())
-    try:
-        spec = SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
-        (r,) = runner.run(engine.generate([GenerationRequest(reference["prompt"], spec)]))
-        sd = engine.stats().spec_decoding
-    finally:
-        runner.run(engine.close())
-    texts = [c.text for c in r.completions]
+    spec = SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
+    result, stats = speculate(runner, engine, reference["prompt"], spec)
+    sd = stats.spec_decoding
+    texts = [c.text for c in result.completions]
     assert len(texts) == 3
     for text in texts:
         assert sum(ch.isascii() for ch in text) >= 0.98 * len(text), text
