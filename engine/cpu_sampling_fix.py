@@ -26,8 +26,6 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_PATCHED_ATTR = "_stepspec_cpu_expand_fix"
-
 
 def expand_batch_to_tokens(
     x: torch.Tensor,
@@ -49,8 +47,7 @@ def expand_batch_to_tokens(
     cu = cu_num_tokens.to(device=x.device, dtype=torch.int64)
     counts = torch.diff(cu, prepend=cu.new_zeros(1))
     values = torch.where(x == replace_from, torch.full_like(x, replace_to), x)
-    expanded = torch.repeat_interleave(values, counts, output_size=num_tokens)
-    return expanded
+    return torch.repeat_interleave(values, counts, output_size=num_tokens)
 
 
 def register() -> None:
@@ -61,8 +58,7 @@ def register() -> None:
         return
     from vllm.v1.sample import rejection_sampler
 
-    if getattr(rejection_sampler.expand_batch_to_tokens, _PATCHED_ATTR, False):
+    if rejection_sampler.expand_batch_to_tokens is expand_batch_to_tokens:
         return
-    setattr(expand_batch_to_tokens, _PATCHED_ATTR, True)
     rejection_sampler.expand_batch_to_tokens = expand_batch_to_tokens
     logger.info("stepspec: replaced vLLM's CPU expand_batch_to_tokens (sampled speculation fix)")
