@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.stats import EngineStats
-from engine.types import EngineInfo, GenerationRequest, GenerationResult, NextTokenDistribution, Prompt
+from engine.types import ContinuationRequest, ContinuationScores, EngineInfo, GenerationRequest, GenerationResult, NextTokenDistribution, Prompt
 
 
 class EngineError(RuntimeError):
@@ -37,6 +37,13 @@ class Engine(Protocol):
         self, prompts: Sequence[Prompt], top_k: int = 20
     ) -> list[NextTokenDistribution]:
         """Top-k logprobs of the single next token after each prompt (one prefill each)."""
+        ...
+
+    async def score_continuations(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScores]:
+        """Each continuation token's logprob, rank and the model's top-k at its position,
+        from one prefill of prefix + continuation that reads the prefix cache: what a
+        verifier needs to judge drafted tokens. A prefix + continuation longer than the
+        context window is an :class:`EngineError`."""
         ...
 
     def count_tokens(self, text: str) -> int:

@@ -168,6 +168,52 @@ class NextTokenDistribution:
 
 
 @dataclass(frozen=True)
+class ContinuationRequest:
+    """A given continuation of a prefix, to be scored token by token (no generation).
+
+    ``continuation`` is token ids (what a drafter generated: exact, no re-tokenization);
+    ``top_k``: how many of the model's own most likely tokens to return per position.
+    """
+
+    prefix: Prompt
+    continuation: tuple[int, ...]
+    top_k: int = 5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str):
+            object.__setattr__(self, "prefix", tuple(int(t) for t in self.prefix))
+        object.__setattr__(self, "continuation", tuple(int(t) for t in self.continuation))
+        if not self.continuation:
+            raise ValueError("a continuation to score needs at least one token")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class ScoredToken:
+    """One continuation token as the scoring model sees it at its position.
+
+    ``rank`` is 1 when the token is the model's own top choice (greedy token);
+    ``top`` holds the model's ``top_k`` most likely (token_id, logprob), best first,
+    so the model's own token at a position is ``top[0][0]`` without another call.
+    """
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class ContinuationScores:
+    """Per-token scores of one continuation, in order (one prefill over prefix + continuation)."""
+
+    tokens: tuple[ScoredToken, ...]
+    num_prompt_tokens: int
+    num_cached_prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What an engine is, for result files and error messages."""
 

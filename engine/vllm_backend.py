@@ -26,6 +26,8 @@ from engine.protocol import EngineError
 from engine.stats import EngineStats, SpecDecodingStats
 from engine.types import (
     Completion,
+    ContinuationRequest,
+    ContinuationScores,
     EngineInfo,
     FinishReason,
     GenerationRequest,
@@ -33,6 +35,7 @@ from engine.types import (
     NextTokenDistribution,
     Prompt,
     SamplingSpec,
+    ScoredToken,
     TokenLogprob,
 )
 
@@ -430,6 +433,67 @@ class VLLMEngine:
             )
         self._stats.observe_next_token(results, seconds)
         return results
+
+    async def score_continuations(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScores]:
+        """Prompt logprobs over prefix + continuation, one prefill each, reading the prefix cache.
+
+        vLLM computes prompt logprobs only where it runs the model: the positions it
+        serves from the prefix cache hold garbage (and detokenizing them crashed vLLM
+        0.32), so requests go with ``detokenize=False`` and only continuation positions
+        past the cached part are read. The token at prompt index ``t`` is scored by the
+        logits at ``t - 1``, which exist when ``t - 1 >= num_cached_tokens``. A request
+        whose cache hit reaches into the continuation (rare: a block-aligned prefix, or a
+        continuation scored before) is scored again without reading the cache.
+        """
+        await self.start()
+        prefixes = [self._prompt_ids(r.prefix) for r in requests]
+        full = [ids + list(r.continuation) for ids, r in zip(prefixes, requests)]
+        for ids, r in zip(full, requests):
+            if r.top_k > self.max_logprobs:
+                raise EngineError(f"engine '{self.name}': top_k={r.top_k} exceeds max_logprobs={self.max_logprobs}; "
+                                  "raise max_logprobs for this engine")
+            if len(ids) >= self.max_model_len:
+                raise EngineError(
+                    f"engine '{self.name}': prefix + continuation is {len(ids)} tokens but max_model_len is "
+                    f"{self.max_model_len}; score a shorter continuation or raise max_model_len for this engine")
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(self._run_one(ids, self._scoring_params(r.top_k, read_cache=True))
+                                      for ids, r in zip(full, requests)))
+        stale = [i for i, (out, ids) in enumerate(zip(outs, prefixes)) if (out.num_cached_tokens or 0) > len(ids) - 1]
+        if stale:
+            again = await asyncio.gather(*(self._run_one(full[i], self._scoring_params(requests[i].top_k, False))
+                                           for i in stale))
+            for i, out in zip(stale, again):
+                outs[i] = out
+        seconds = time.perf_counter() - t0
+        results = [self._continuation_scores(out, len(ids), r) for out, ids, r in zip(outs, prefixes, requests)]
+        self._stats.observe_call(num_requests=len(results), num_prompt_tokens=sum(len(ids) for ids in full),
+                                 num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
+                                 num_output_tokens=len(results), seconds=seconds)
+        return results
+
+    @staticmethod
+    def _scoring_params(top_k: int, read_cache: bool):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False,
+                              skip_reading_prefix_cache=not read_cache, output_kind=RequestOutputKind.FINAL_ONLY)
+
+    def _continuation_scores(self, out: Any, num_prefix: int, request: ContinuationRequest) -> ContinuationScores:
+        positions = (out.prompt_logprobs or [])[num_prefix:]
+        if len(positions) != len(request.continuation) or any(p is None for p in positions):
+            raise EngineError(f"engine '{self.name}': vLLM returned {len(positions)} prompt-logprob positions for "
+                              f"a continuation of {len(request.continuation)} tokens")
+        tokens = []
+        for tok, position in zip(request.continuation, positions):
+            chosen = position[tok]
+            top = sorted(((int(t), float(lp.logprob), lp.rank) for t, lp in position.items()
+                          if lp.rank is not None and lp.rank <= request.top_k), key=lambda e: e[2])
+            tokens.append(ScoredToken(int(tok), float(chosen.logprob), int(chosen.rank),
+                                      tuple((t, lp) for t, lp, _ in top)))
+        return ContinuationScores(tuple(tokens), num_prompt_tokens=num_prefix + len(request.continuation),
+                                  num_cached_prompt_tokens=out.num_cached_tokens)
 
     # -- stats ---------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ cascade escalate to a costlier judge; used alone, a judge's ``accept`` stands.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -29,11 +30,51 @@ class StepCandidate:
     # sent it: a judge that continues the reasoning reuses it, so its prompt shares
     # the prefix the target has cached. Empty: just the question as a user turn.
     opening_messages: tuple[tuple[str, str], ...] = ()
+    # What a token-level verifier (``likelihood``) reads: the exact prompt text the step
+    # continues, rendered for the target, and the drafted step as the draft generated
+    # it: token ids (its stop token included), each token's logprob and text.
+    prefix: str | None = None
+    draft_token_ids: tuple[int, ...] = ()
+    draft_token_logprobs: tuple[float, ...] = ()
+    draft_token_texts: tuple[str, ...] = ()
 
     def opening_chat(self) -> list[dict[str, str]]:
         if self.opening_messages:
             return [{"role": role, "content": content} for role, content in self.opening_messages]
         return [{"role": "user", "content": self.question}]
+
+
+class CutRule(str, enum.Enum):
+    """Which per-token rule found a drafted token implausible (``likelihood`` judge)."""
+
+    FLOOR = "floor"  # the target's logprob of the token is under the floor
+    RANK = "rank"  # the token is not among the target's max_rank most likely
+    CONTRAST = "contrast"  # target logprob minus draft logprob is under the contrast bound
+    MATH_RANK = "math_rank"  # a token with a digit or operator outside the target's math_max_rank
+
+    def __str__(self) -> str:  # pragma: no cover - cosmetic
+        return self.value
+
+
+@dataclass(frozen=True)
+class TokenCut:
+    """Where a token-level verifier cut a drafted step: the drafted tokens before
+    ``offset`` are kept, the target's own token goes in at ``offset`` and the target
+    writes the rest of the step."""
+
+    offset: int  # index of the cut token among the drafted step's tokens
+    token: str  # the drafted token's text
+    target_logprob: float  # the target's logprob of the drafted token
+    draft_logprob: float | None  # the draft's own logprob of it (None: not known)
+    rank: int  # its rank among the target's choices (1: the target's greedy token)
+    rule: CutRule
+    target_token_id: int  # the target's top-1 token at that position
+    kept_text: str  # the text of the kept drafted tokens
+
+    def to_dict(self) -> dict:
+        return {"offset": self.offset, "token": self.token, "target_logprob": self.target_logprob,
+                "draft_logprob": self.draft_logprob, "rank": self.rank, "rule": self.rule.value,
+                "target_token_id": self.target_token_id}
 
 
 @dataclass(frozen=True)
@@ -43,6 +84,9 @@ class Verdict:
     confident: bool = True
     score: float | None = None  # judge-specific: 0-9 score, cosine similarity, P(aligned)
     num_judge_calls: int = 0  # model calls spent on this verdict (0 for text/embedding rules)
+    # A token-level verifier's cut of a rejected step: keep its plausible prefix. None:
+    # the whole step is accepted or rejected.
+    cut: TokenCut | None = None
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ target's score decides). num_decided_by = {exact: 1, embedding: 1, score: 1}.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Sequence
 
 from judges.base import Judge, JudgeError, StepCandidate, Verdict
@@ -44,7 +45,7 @@ class CascadeJudge:
             for i, v in zip(pending, results):
                 calls[i] += v.num_judge_calls
                 if v.confident or last:
-                    verdicts[i] = Verdict(v.judge, v.accept, v.confident, v.score, calls[i])
+                    verdicts[i] = replace(v, num_judge_calls=calls[i])
                     self.num_decided_by[v.judge] += 1
                 else:
                     still.append(i)

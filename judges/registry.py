@@ -1,8 +1,9 @@
-"""Judges by name: ``score``, ``exact``, ``embedding``, ``llm-equivalence``, ``cascade``."""
+"""Judges by name: ``score``, ``likelihood``, ``exact``, ``embedding``, ``llm-equivalence``, ``cascade``."""
 
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import Any, Callable
 
 from engine.protocol import Engine
@@ -11,6 +12,7 @@ from judges.cascade import CascadeJudge
 from judges.embedding import EmbeddingJudge
 from judges.equivalence import LLMEquivalenceJudge
 from judges.exact import ExactJudge
+from judges.likelihood import LikelihoodJudge
 from judges.score import ScoreJudge
 
 
@@ -28,8 +30,22 @@ def _needs_engine(name: str, factory: Callable[..., Judge]) -> Callable[..., Jud
     return build
 
 
+# The class behind each name, whose constructor keywords are the judge's options.
+JUDGE_CLASSES: dict[str, type] = {"score": ScoreJudge, "likelihood": LikelihoodJudge, "exact": ExactJudge,
+                                  "embedding": EmbeddingJudge, "llm-equivalence": LLMEquivalenceJudge}
+
+
+def judge_options(name: str) -> tuple[str, ...]:
+    """The options judge ``name`` takes (a cascade: ``rungs`` and one mapping per rung)."""
+    if name == "cascade":
+        return ("rungs", *JUDGE_CLASSES)
+    params = inspect.signature(JUDGE_CLASSES[name]).parameters.values()
+    return tuple(p.name for p in params if p.name != "engine")
+
+
 JUDGES: dict[str, Callable[..., Judge]] = {
     "score": _needs_engine("score", ScoreJudge),
+    "likelihood": _needs_engine("likelihood", LikelihoodJudge),
     "exact": lambda engine, **options: ExactJudge(**options),
     "embedding": lambda engine, **options: EmbeddingJudge(**options),
     "llm-equivalence": _needs_engine("llm-equivalence", LLMEquivalenceJudge),
@@ -44,6 +60,12 @@ def make_judge(name: str, *, engine: Engine | None = None, **options: Any) -> Ju
         close = difflib.get_close_matches(name, list(JUDGES), n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise JudgeError(f"unknown judge '{name}'.{hint} Judges: {', '.join(JUDGES)}")
+    valid = judge_options(name)
+    unknown = [o for o in options if o not in valid]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise JudgeError(f"judge '{name}' has no option '{unknown[0]}'.{hint} Its options: {', '.join(valid)}")
     try:
         return JUDGES[name](engine, **options)
     except TypeError as e:

@@ -20,6 +20,12 @@ target are separate vLLM engines, so the two run at the same time.
 γ adapts (``adaptive=True``) to the running step acceptance rate a: a run of
 accepted drafts is a/(1-a) steps long on average, so the next round drafts
 round(a/(1-a)) + 1 steps, within [min_gamma, max_gamma].
+
+With a token-level verifier (``likelihood``) the target writes no step of its own
+in step 2: it prefills the γ drafted steps in one batch instead, and a rejected
+step keeps its drafted tokens before the cut, the target writing the rest.
+``backoff``: as in ``specreason``, the target writes a round's step outright when
+the measured load says drafting does not pay (:mod:`orchestrator.goodput`).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.protocol import Engine, EngineError
-from judges.base import Judge, StepCandidate
+from judges.base import Judge
+from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.prompts import opening_messages
-from orchestrator.run import Budget, ReasoningError, TraceRun, judged_fields, written_step
+from orchestrator.run import (Budget, ReasoningError, TraceRun, draft_logprobs, drafted_candidate, judged_fields,
+                              rewrite_step, written_step)
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules
 from orchestrator.trace import StepRecord, Trace
@@ -69,11 +77,14 @@ class GammaController:
 
 async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judge,
                     rules: StepRules = StepRules(), budget: Budget = Budget(), gamma: int = 4,
-                    min_gamma: int = 1, max_gamma: int = 8, adaptive: bool = True,
+                    min_gamma: int = 1, max_gamma: int = 8, adaptive: bool = True, backoff: bool = True,
+                    governor: GoodputGovernor | None = None,
                     on_step: Callable[[StepRecord], None] | None = None) -> Trace:
     control = GammaController(gamma, min_gamma, max_gamma, adaptive)
-    run = TraceRun(question, "lookahead", rules, budget, {"draft": draft, "target": target}, on_step)
+    governor = (governor or GoodputGovernor()) if backoff else None
+    run = TraceRun(question, "lookahead", rules, budget, {"draft": draft, "target": target}, on_step, governor)
     draft, target, d = run.engines["draft"], run.engines["target"], rules.delimiter
+    logprobs = draft_logprobs(judge)
 
     async def draft_ahead(base: list[StepRecord], num_steps: int) -> list[GeneratedStep]:
         """Up to ``num_steps`` drafted steps after ``base``, stopping where the trace would."""
@@ -81,7 +92,7 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
         ahead = base[len(run.steps):]
         while len(drafted) < num_steps and run.stop_reason(ahead) is None:
             (step,) = await generate_steps(draft, [step_prompt(draft_opening, base, d)], rules,
-                                           run.step_token_cap(ahead))
+                                           run.step_token_cap(ahead), logprobs=logprobs)
             drafted.append(step)
             base = [*base, written_step(len(base), "draft", step)]
             ahead = base[len(run.steps):]
@@ -94,6 +105,11 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
         draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
         judge_opening = opening_messages(question)
         while (stop := run.stop_reason()) is None:
+            if next_round is None and run.decide() is StepMode.TARGET:  # goodput: drafting does not pay now
+                (step,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules,
+                                               run.step_token_cap())
+                run.add(written_step(len(run.steps), "target", step, backoff=True), step.ends)
+                continue
             drafted = await (next_round or draft_ahead(list(run.steps), control.gamma))
             next_round = None
             if not drafted:  # drafting stopped where the trace stops (a timeout in between)
@@ -102,27 +118,33 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
             # The draft goes on from the last drafted step while the target verifies.
             next_round = None if drafted[-1].ends else asyncio.create_task(draft_ahead(as_drafted, control.gamma))
             positions = range(len(run.steps), len(as_drafted))
-            own = await generate_steps(target, [step_prompt(target_opening, as_drafted[:p], d) for p in positions],
-                                       rules, [run.step_token_cap(as_drafted[len(run.steps):p]) for p in positions])
+            prompts = [step_prompt(target_opening, as_drafted[:p], d) for p in positions]
+            caps = [run.step_token_cap(as_drafted[len(run.steps):p]) for p in positions]
+            # The target writes its own step at every position (what an equivalence judge
+            # compares with, and the replacement at a rejection); a token-level verifier
+            # reads the target's logprobs of the drafted tokens instead.
+            own = None if logprobs is not None else await generate_steps(target, prompts, rules, caps)
             t1 = time.perf_counter()
             verdicts = await run.judge(judge, [
-                StepCandidate(question, tuple(s.text for s in as_drafted[:p]), step.text, target_step=mine.text,
-                              opening_messages=judge_opening)
-                for p, step, mine in zip(positions, drafted, own)])
+                drafted_candidate(question, as_drafted[:p], step, opening=judge_opening, prefix=prompt,
+                                  target_step=own[j].text if own else None)
+                for j, (p, step, prompt) in enumerate(zip(positions, drafted, prompts))])
             judge_seconds = (time.perf_counter() - t1) / len(drafted)
             # Acceptance rule: keep drafted steps while the judge accepts them; at the
             # first rejection the target's step for that position replaces the draft's
-            # and everything drafted after it (and the draft's work in flight) is dropped.
+            # (written after a token-level cut's kept prefix, or its own from the
+            # equivalence round) and everything drafted after it is dropped.
             num_accepted = 0
-            for step, mine, verdict in zip(drafted, own, verdicts):
+            for j, (step, verdict) in enumerate(zip(drafted, verdicts)):
                 if run.stop_reason() is not None:
                     break
                 judged = judged_fields(step, verdict, judge_seconds)
                 if verdict.accept:
-                    run.add(written_step(len(run.steps), "draft", step, num_verify_tokens=mine.num_tokens,
-                                         **judged), step.ends)
+                    run.add(written_step(len(run.steps), "draft", step,
+                                         num_verify_tokens=own[j].num_tokens if own else 0, **judged), step.ends)
                     num_accepted += 1
                     continue
+                mine = own[j] if own else await rewrite_step(target, prompts[j], verdict, rules, caps[j])
                 run.add(written_step(len(run.steps), "target", mine, **judged), mine.ends)
                 break
             control.observe_round(num_accepted, min(num_accepted + 1, len(drafted)))

@@ -16,6 +16,7 @@ code (``solve``, which keeps its own loop) or from one event loop (``asolve``).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -23,6 +24,7 @@ from typing import Any, Callable, Sequence
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from judges.registry import make_judge
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import StrategyError, check_options, get_strategy
@@ -123,6 +125,8 @@ class Reasoner:
                              f"step, which {strategy} does not write for every drafted step; use 'score' "
                              "(or the 'lookahead' strategy)")
         self.router = self._build_router(router, dict(router_options or {}))
+        # Strategies that back off under load share one governor across this reasoner's problems.
+        self.governor = GoodputGovernor() if "governor" in inspect.signature(self.strategy.run).parameters else None
         self._runner: asyncio.Runner | None = None
         self._owned: list[Engine] = []  # engines from_models built: closed with the reasoner
 
@@ -198,6 +202,8 @@ class Reasoner:
             kwargs["judge"] = self.judge
         if self.router is not None:
             kwargs["router"] = self.router
+        if self.governor is not None:
+            kwargs["governor"] = self.governor
         return Solution(question, await self.strategy.run(question, **kwargs))
 
     async def asolve_many(self, questions: Sequence[str],

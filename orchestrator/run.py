@@ -16,6 +16,7 @@ from engine.protocol import Engine
 from engine.stats import SpecDecodingStats
 from engine.types import GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
+from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.stepgen import GeneratedStep, generate_steps, step_prompt
 from orchestrator.steps import StepRules, find_answer
 from orchestrator.trace import StepRecord, Trace, join_steps
@@ -111,16 +112,47 @@ def written_step(index: int, author: str, step: GeneratedStep, **judged: Any) ->
 
 
 def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float = 0.0) -> dict[str, Any]:
-    """The record fields of a drafted step and the verdict on it, for :func:`written_step`."""
-    return dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score, judge=verdict.judge,
-                num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds, judge_seconds=judge_seconds)
+    """The record fields of a drafted step and the verdict on it, for :func:`written_step`
+    (with a token-level cut: the drafted tokens kept and where and why it was cut)."""
+    fields: dict[str, Any] = dict(draft_text=drafted.text, accepted=verdict.accept, score=verdict.score,
+                                  judge=verdict.judge, num_draft_tokens=drafted.num_tokens,
+                                  draft_seconds=drafted.seconds, judge_seconds=judge_seconds)
+    if verdict.cut is not None:
+        fields.update(num_kept_tokens=verdict.cut.offset, cut=verdict.cut.to_dict())
+    return fields
+
+
+def drafted_candidate(question: Any, previous: Sequence[StepRecord], drafted: GeneratedStep, *,
+                      opening: tuple[tuple[str, str], ...], prefix: str, target_step: str | None = None) -> StepCandidate:
+    """What a judge sees of a drafted step: its text in context and, for a token-level
+    verifier, the exact prompt it continues and the draft's tokens."""
+    return StepCandidate(question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
+                         opening_messages=opening, prefix=prefix, draft_token_ids=drafted.token_ids,
+                         draft_token_logprobs=drafted.token_logprobs, draft_token_texts=drafted.token_texts)
+
+
+def draft_logprobs(judge: Judge) -> int | None:
+    """What a strategy asks of the draft for ``judge``: each token's logprob (0 = the
+    sampled token's alone) when the judge reads the drafted tokens, else nothing."""
+    return 0 if getattr(judge, "needs_draft_tokens", False) else None
+
+
+async def rewrite_step(target: Engine, prompt: str, verdict: Verdict, rules: StepRules, cap: int) -> GeneratedStep:
+    """The target's step where ``verdict`` rejected the draft's: after a token-level cut
+    it keeps the drafted tokens before the cut and writes on from there (greedy, so its
+    first token is its own top choice at the cut); otherwise it writes the whole step."""
+    head = verdict.cut.kept_text if verdict.cut is not None else ""
+    kept = verdict.cut.offset if verdict.cut is not None else 0
+    (own,) = await generate_steps(target, [prompt], rules, max(1, cap - kept), heads=[head])
+    return own
 
 
 class TraceRun:
     """The trace being written, and why it should stop."""
 
     def __init__(self, question: str, strategy: str, rules: StepRules, budget: Budget,
-                 engines: Mapping[str, Engine], on_step: Callable[[StepRecord], None] | None = None) -> None:
+                 engines: Mapping[str, Engine], on_step: Callable[[StepRecord], None] | None = None,
+                 governor: GoodputGovernor | None = None) -> None:
         if not question or not question.strip():
             raise ValueError("the question is empty; give the problem text to reason about")
         self.question = question
@@ -134,6 +166,28 @@ class TraceRun:
         self.ended: str | None = None  # "answer", "eos", "thinking" or "action" once a step ends it
         self.num_judge_calls = 0
         self._t0 = time.perf_counter()
+        # Goodput-aware speculation: the shared governor, and the decision awaiting its step.
+        self.governor = governor
+        self._decision: tuple[StepMode, int, float, int] | None = None  # (mode, load, started, tokens then)
+        if governor is not None:
+            governor.enter()
+
+    def decide(self) -> StepMode:
+        """Who writes the next step(s): the governor's choice at the current load (always
+        the draft without one). What was written under it is observed at the next decision."""
+        if self.governor is None:
+            return StepMode.DRAFT
+        self._observe_decision()
+        mode = self.governor.decide()
+        self._decision = (mode, self.governor.in_flight, time.perf_counter(), self.num_tokens)
+        return mode
+
+    def _observe_decision(self) -> None:
+        """Tell the governor what the last decision's mode wrote (tokens, seconds) since it was made."""
+        if self._decision is not None:
+            mode, load, started, tokens = self._decision
+            self._decision = None
+            self.governor.observe(mode, load, self.num_tokens - tokens, time.perf_counter() - started)
 
     @property
     def step_texts(self) -> tuple[str, ...]:
@@ -205,6 +259,10 @@ class TraceRun:
         return self.ended
 
     def finish(self, stop_reason: str, error: str | None = None, search: dict[str, Any] | None = None) -> Trace:
+        if self.governor is not None:
+            self._observe_decision()
+            self.governor.exit()
+            self.governor = None
         steps = tuple(self.steps)
         return Trace(
             question=str(self.question),  # a Chat's task text; its messages are the agent's to keep

@@ -36,6 +36,10 @@ class GeneratedStep:
     # the entropy of the next-token distribution over the top alternatives (nats).
     token_logprobs: tuple[float, ...] = ()
     token_entropies: tuple[float, ...] = ()
+    # Every generated token id, the stop token included (a verifier scores the step's
+    # end too); with ``logprobs`` asked, each token's text (they join to the text).
+    token_ids: tuple[int, ...] = ()
+    token_texts: tuple[str, ...] = ()
 
 
 def top_k_entropy(token: TokenLogprob) -> float:
@@ -73,6 +77,7 @@ async def generate_steps(
     seed: int | Sequence[int | None] | None = None,
     until_end: bool = False,
     logprobs: int | None = None,
+    heads: Sequence[str] | None = None,
 ) -> list[GeneratedStep]:
     """One step for each prompt, in one batched call (more only for code blocks).
 
@@ -80,15 +85,19 @@ async def generate_steps(
     siblings of one prompt need seeds of their own). ``until_end``: no
     delimiter stop; write until EOS or the cap (the answer after ``</think>``).
     ``logprobs``: return each token's logprob and top-``logprobs`` entropy (what a
-    router reads about the draft's confidence)."""
+    router reads about the draft's confidence). ``heads``: text each step already
+    starts with (the kept part of a cut drafted step); generation continues after it,
+    the returned text includes it and ``num_tokens`` counts only what was generated."""
     t0 = time.perf_counter()
     caps = [max_step_tokens] * len(prompts) if isinstance(max_step_tokens, int) else list(max_step_tokens)
     seeds = [seed] * len(prompts) if seed is None or isinstance(seed, int) else list(seed)
-    texts = [""] * len(prompts)
+    texts = list(heads) if heads is not None else [""] * len(prompts)
     num_tokens = [0] * len(prompts)
     ended: list[tuple[bool, str | None] | None] = [None] * len(prompts)  # (complete, ends)
     token_logprobs: list[list[float]] = [[] for _ in prompts]
     token_entropies: list[list[float]] = [[] for _ in prompts]
+    token_ids: list[list[int]] = [[] for _ in prompts]
+    token_texts: list[list[str]] = [[] for _ in prompts]
     stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
     if rules.action_stop:
         stop += (rules.action_stop,)
@@ -108,9 +117,11 @@ async def generate_steps(
             c = r.completion
             texts[i] += c.text
             num_tokens[i] += c.num_output_tokens
+            token_ids[i].extend(c.token_ids)
             for t in c.logprobs or ():
                 token_logprobs[i].append(t.logprob)
                 token_entropies[i].append(top_k_entropy(t))
+                token_texts[i].append(t.token)
             if c.finish_reason is FinishReason.STOP and c.stop_string == rules.think_end:
                 texts[i] += rules.think_end
                 ended[i] = (True, "thinking")
@@ -128,5 +139,6 @@ async def generate_steps(
             ended[i] = (complete, ends)
         pending = still
     seconds = time.perf_counter() - t0
-    return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents))
-            for text, n, (complete, ends), lps, ents in zip(texts, num_tokens, ended, token_logprobs, token_entropies)]
+    return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents), tuple(ids), tuple(tts))
+            for text, n, (complete, ends), lps, ents, ids, tts
+            in zip(texts, num_tokens, ended, token_logprobs, token_entropies, token_ids, token_texts)]

@@ -5,7 +5,8 @@ name             who writes a step                                      draft ju
 ================ ====================================================== ===== =======
 target-only      the target, always                                     -     -
 draft-only       the draft, always                                      yes   -
-specreason       the draft; the target rewrites steps its judge rejects yes   score
+specreason       the draft; the target rewrites steps its judge rejects yes   likelihood
+                 (from a token-level cut: partial acceptance)
 lookahead        the draft, γ ahead; the target checks them in a batch  yes   cascade
 spec-thinking    the draft; the target after a reflection cue           yes   -
 arbitrage        the draft; the target where a router routes the step   yes   (router)
@@ -55,7 +56,7 @@ class Strategy:
     def options(self) -> tuple[str, ...]:
         """Keyword options of the strategy itself (not the shared question/engines/rules/budget)."""
         shared = {"question", "draft", "target", "judge", "router", "rules", "budget", "on_step", "on_example",
-                  "problem_id", "proposer", "sampler"}
+                  "problem_id", "proposer", "sampler", "governor"}
         params = inspect.signature(self.run).parameters.values()
         return tuple(p.name for p in params if p.name not in shared and p.kind is not p.VAR_KEYWORD)
 
@@ -65,7 +66,7 @@ STRATEGIES: dict[str, Strategy] = {
     for s in (
         Strategy("target-only", target_only, needs_draft=False, default_judge=None),
         Strategy("draft-only", draft_only, needs_draft=True, default_judge=None),
-        Strategy("specreason", specreason, needs_draft=True, default_judge="score"),
+        Strategy("specreason", specreason, needs_draft=True, default_judge="likelihood"),
         Strategy("lookahead", lookahead, needs_draft=True, default_judge="cascade", judge_sees_target_step=True),
         Strategy("spec-thinking", spec_thinking, needs_draft=True, default_judge=None),
         Strategy("arbitrage", arbitrage, needs_draft=True, default_judge=None, needs_router=True),

@@ -34,14 +34,23 @@ class StepRecord:
     # its version of a step whose draft was accepted); not part of the trace's text.
     num_verify_tokens: int = 0
     complete: bool = True  # False: cut by the per-step token cap
+    # Partial acceptance (a token-level verifier cut the drafted step): how many drafted
+    # tokens were kept before the cut, and the cut (offset, token, target and draft
+    # logprobs, rank, rule, the target's own token id); the target wrote the rest.
+    num_kept_tokens: int = 0
+    cut: dict[str, Any] | None = None
+    # The target wrote this step without a draft because, at the measured load,
+    # drafting did not pay (goodput-aware speculation, orchestrator/goodput.py).
+    backoff: bool = False
     draft_seconds: float = 0.0
     judge_seconds: float = 0.0  # judge or router
     target_seconds: float = 0.0
 
     @property
     def num_tokens(self) -> int:
-        """Tokens of this step's final text: the draft's if it was kept, else the target's."""
-        return self.num_draft_tokens if self.author == "draft" else self.num_target_tokens
+        """Tokens of this step's final text: the draft's if it was kept whole, else the
+        target's plus the drafted tokens kept before a cut."""
+        return self.num_draft_tokens if self.author == "draft" else self.num_target_tokens + self.num_kept_tokens
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,20 @@ class Trace:
         return sum(1 for s in self.steps if s.accepted)
 
     @property
+    def num_cut_steps(self) -> int:
+        """Drafted steps a token-level verifier cut (partly kept, the target wrote the rest)."""
+        return sum(1 for s in self.steps if s.cut is not None)
+
+    @property
+    def num_kept_draft_tokens(self) -> int:
+        """Drafted tokens in the trace's text: whole accepted steps plus prefixes kept before cuts."""
+        return sum(s.num_draft_tokens if s.author == "draft" else s.num_kept_tokens for s in self.steps)
+
+    @property
+    def num_backoff_steps(self) -> int:
+        return sum(1 for s in self.steps if s.backoff)
+
+    @property
     def step_acceptance_rate(self) -> float | None:
         n = self.num_drafted_steps
         return self.num_accepted_steps / n if n else None
@@ -120,6 +143,10 @@ class Trace:
             "num_drafted_steps": self.num_drafted_steps,
             "num_accepted_steps": self.num_accepted_steps,
             "step_acceptance_rate": self.step_acceptance_rate,
+            "num_cut_steps": self.num_cut_steps,
+            "num_kept_draft_tokens": self.num_kept_draft_tokens,
+            "num_backoff_steps": self.num_backoff_steps,
+            "judge_seconds": sum(s.judge_seconds for s in self.steps),
             "num_tokens": self.num_tokens,
             "num_draft_tokens": self.num_draft_tokens,
             "num_target_tokens": self.num_target_tokens,

@@ -6,26 +6,39 @@ model "says" and see what it was asked.
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Mapping, Sequence
 
 from engine.stats import EngineStats
 from engine.types import (
     Completion,
+    ContinuationRequest,
+    ContinuationScores,
     EngineInfo,
     FinishReason,
     GenerationRequest,
     GenerationResult,
     NextTokenDistribution,
     Prompt,
+    ScoredToken,
     TokenLogprob,
 )
 
+# A "token" of the scripted engines: a word with the whitespace before it, so that
+# the token texts of a completion join back to its text.
+TOKEN = re.compile(r"\s*\S+")
+
 
 class ScriptedEngine:
+    # One vocabulary for every scripted engine, as a real pair shares its tokenizer.
+    vocab: dict[str, int] = {}
+
     """``next_token`` maps a prompt to [(token_text, logprob), ...];
     ``continuation`` maps a prompt to the text generated; ``token_logprob`` maps
     the generated text to the logprob of each of its tokens (words), returned
-    when a request asks for logprobs."""
+    when a request asks for logprobs; ``token_scores`` maps (prefix, continuation token
+    texts) to (logprob, rank, the engine's own token text or None) per token, what
+    ``score_continuations`` returns (default: every token is the top choice at 0.0)."""
 
     def __init__(
         self,
@@ -33,11 +46,14 @@ class ScriptedEngine:
         next_token: Callable[[str], Sequence[tuple[str, float]]] | None = None,
         continuation: Callable[[str], str] | None = None,
         token_logprob: Callable[[str], float] | None = None,
+        token_scores: Callable[[str, list[str]], Sequence[tuple[float, int, str | None]]] | None = None,
     ) -> None:
         self.name = name
         self._next_token = next_token or (lambda prompt: [("0", 0.0)])
         self._continuation = continuation or (lambda prompt: "")
         self._token_logprob = token_logprob or (lambda text: 0.0)
+        self._token_scores = token_scores or (lambda prefix, tokens: [(0.0, 1, None)] * len(tokens))
+        self.scored: list[tuple[str, list[str]]] = []  # (prefix, continuation tokens) per scored request
         self.prompts: list[str] = []
         self.num_calls = 0
         self._stats = EngineStats()
@@ -63,11 +79,12 @@ class ScriptedEngine:
             words = text.split()
             if len(words) > r.sampling.max_tokens:
                 text, reason, stop_string = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH, None
-            ids = tuple(range(len(text.split())))
+            tokens = TOKEN.findall(text)
+            ids = tuple(self.token_id(t) for t in tokens)
             logprobs = None
             if r.sampling.logprobs is not None:
                 lp = self._token_logprob(text)
-                logprobs = tuple(TokenLogprob(i, w, lp, ((i, w, lp),)) for i, w in zip(ids, text.split()))
+                logprobs = tuple(TokenLogprob(i, w, lp, ((i, w, lp),)) for i, w in zip(ids, tokens))
             completion = Completion(text=text, token_ids=ids, finish_reason=reason, stop_string=stop_string,
                                     logprobs=logprobs)
             results.append(GenerationResult((completion,) * r.sampling.n, self.count_tokens(str(r.prompt))))
@@ -81,6 +98,23 @@ class ScriptedEngine:
             entries = sorted(self._next_token(str(p)), key=lambda e: -e[1])[:top_k]
             out.append(NextTokenDistribution(tuple((i, t, lp) for i, (t, lp) in enumerate(entries)),
                                              self.count_tokens(str(p))))
+        return out
+
+    def token_id(self, text: str) -> int:
+        return self.vocab.setdefault(text, len(self.vocab))
+
+    async def score_continuations(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScores]:
+        self.num_calls += 1
+        texts = {i: t for t, i in self.vocab.items()}
+        out = []
+        for r in requests:
+            tokens = [texts[i] for i in r.continuation]
+            self.scored.append((str(r.prefix), tokens))
+            scored = []
+            for tid, (lp, rank, own) in zip(r.continuation, self._token_scores(str(r.prefix), tokens)):
+                top = ((tid if rank == 1 or own is None else self.token_id(own), 0.0 if rank > 1 else lp),)
+                scored.append(ScoredToken(tid, lp, rank, top))
+            out.append(ContinuationScores(tuple(scored), self.count_tokens(str(r.prefix)) + len(tokens)))
         return out
 
     def count_tokens(self, text: str) -> int:

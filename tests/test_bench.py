@@ -50,6 +50,8 @@ def engines():
 
 
 def spec_for(data, **kw):
+    # the scripted target rates steps 0-9: specreason with the score judge
+    kw.setdefault("strategy_options", {"specreason": {"judge": "score"}})
     return BenchSpec(dataset=str(data), question_field="q", answer_field="a", strategies=STRATEGIES, **kw)
 
 

@@ -130,5 +130,5 @@ def test_registry():
         make_judge("scor")
     with pytest.raises(JudgeError, match="give it an engine"):
         make_judge("score")
-    with pytest.raises(JudgeError, match="bad option"):
+    with pytest.raises(JudgeError, match="has no option"):
         make_judge("exact", threshold=3)

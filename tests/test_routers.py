@@ -343,7 +343,7 @@ def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
     data = write_problems(tmp_path / "p.jsonl", n=4)
     spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
                      strategies=("target-only", "specreason", "arbitrage", "arbitrage-oracle"),
-                     strategy_options={"arbitrage": {"router": "threshold"}})
+                     strategy_options={"arbitrage": {"router": "threshold"}, "specreason": {"judge": "score"}})
     results = asyncio.run(run_bench(spec, tmp_path / "run", engines=engines()))
     assert results["status"] == "complete"
     assert results["run"]["sessions"][-1]["routers"] == {

@@ -1,0 +1,123 @@
+"""``likelihood``: the target's own probability of each drafted token judges a drafted step.
+
+Speculative decoding's acceptance test lifted from one token to a whole step and
+made lossy on purpose. The target prefills the drafted step after the trace so
+far (one call for a batch of steps; the prefix comes from its prefix cache) and
+reports, per drafted token, its logprob and rank among the target's choices.
+Rules are per token, never a summed or averaged score (sums carry a length
+bias). A token is *implausible* when any rule that is set fires:
+
+* ``floor``: the target's logprob of the token is below it;
+* ``max_rank``: the token is not among the target's ``max_rank`` most likely
+  (``max_rank=1``: only the target's greedy token is plausible, the lossless
+  end: the final text equals ``target-only``'s greedy text);
+* ``contrast``: target logprob minus the draft's own logprob of the token is
+  below it (the draft was much surer than the target: the small model's
+  confident slip);
+* ``math_max_rank``: a token holding a digit or an arithmetic operator must be
+  among the target's ``math_max_rank`` most likely (numbers and operators
+  strict, wording loose).
+
+``tolerance`` implausible tokens are let through; the next one is the *cut*.
+A step without a cut is accepted as drafted. A step with one is rejected with
+a :class:`judges.base.TokenCut`: the strategy keeps the drafted tokens before
+the cut, the target's own token goes in at the cut, and the target writes the
+rest of the step (partial acceptance).
+
+Worked example, floor -5, math_max_rank 1, GSM8K #0 (Janet's ducks lay 16 eggs,
+she eats 3 and bakes with 4). The draft writes "She ate 16 - 3 = 13 eggs." The
+target's logprobs: "She" -0.4, " ate" -8.6 (it would write " eats"), ...: the
+cut is at offset 1, rule ``floor``; "She" is kept, the target's " eats" goes in
+and the target writes the rest of the step: "She eats 3 for breakfast, ...".
+Had the draft written "She eats 3 and bakes 4, so 16 - 3 - 4 = 9 eggs remain."
+with every token above -5 and every digit and operator the target's top
+choice, the step is accepted as drafted.
+
+The verdict's ``score`` is the lowest target logprob of the step's tokens (0 for
+an empty step): how implausible its worst token is.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Sequence
+
+from engine.protocol import Engine
+from engine.types import ContinuationRequest
+from judges.base import CutRule, JudgeError, StepCandidate, TokenCut, Verdict
+
+# A token whose text holds a digit or an arithmetic operator (math_max_rank applies).
+MATH_TOKEN = re.compile(r"[0-9+\-*/=×÷^<>%]")
+
+
+class LikelihoodJudge:
+    name = "likelihood"
+    needs_target_step = False
+    needs_draft_tokens = True  # the strategy hands over the drafted token ids and logprobs
+
+    def __init__(self, engine: Engine, floor: float | None = -5.0, max_rank: int | None = None,
+                 contrast: float | None = None, math_max_rank: int | None = 1, tolerance: int = 0,
+                 top_k: int = 5) -> None:
+        if floor is not None and not floor < 0:
+            raise JudgeError(f"likelihood judge: floor is a logprob, it must be < 0 (e.g. -5), got {floor}")
+        for option, value in (("max_rank", max_rank), ("math_max_rank", math_max_rank)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise JudgeError(f"likelihood judge: {option} must be an integer >= 1 (1: only the target's "
+                                 f"greedy token), or None to switch it off; got {value!r}")
+        if contrast is not None and not contrast < 0:
+            raise JudgeError(f"likelihood judge: contrast bounds target minus draft logprob, it must be < 0 "
+                             f"(e.g. -4), got {contrast}")
+        if not isinstance(tolerance, int) or tolerance < 0:
+            raise JudgeError(f"likelihood judge: tolerance counts tokens let through, it must be an integer "
+                             f">= 0; got {tolerance!r}")
+        if not isinstance(top_k, int) or top_k < 1:
+            raise JudgeError(f"likelihood judge: top_k must be an integer >= 1, got {top_k!r}")
+        if floor is None and max_rank is None and contrast is None and math_max_rank is None:
+            raise JudgeError("likelihood judge: every rule is off (floor, max_rank, contrast, math_max_rank), so "
+                             "it would accept every step; set at least one")
+        self.engine = engine
+        self.floor, self.max_rank, self.contrast = floor, max_rank, contrast
+        self.math_max_rank, self.tolerance, self.top_k = math_max_rank, tolerance, top_k
+
+    def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str) -> CutRule | None:
+        """The first rule this token breaks, or None when it is plausible."""
+        if self.max_rank is not None and rank > self.max_rank:
+            return CutRule.RANK
+        if self.floor is not None and logprob < self.floor:
+            return CutRule.FLOOR
+        if self.math_max_rank is not None and rank > self.math_max_rank and MATH_TOKEN.search(text):
+            return CutRule.MATH_RANK
+        if self.contrast is not None and draft_logprob is not None and logprob - draft_logprob < self.contrast:
+            return CutRule.CONTRAST
+        return None
+
+    async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
+        for c in candidates:
+            if c.prefix is None or not c.draft_token_ids:
+                raise JudgeError("judge 'likelihood' reads the target's logprobs of the drafted tokens; the strategy "
+                                 "must pass the step's prefix and draft_token_ids (specreason and lookahead do)")
+        scores = await self.engine.score_continuations(
+            [ContinuationRequest(c.prefix, c.draft_token_ids, top_k=self.top_k) for c in candidates])
+        verdicts = []
+        for c, scored in zip(candidates, scores):
+            texts = c.draft_token_texts or ("",) * len(c.draft_token_ids)
+            draft_lps = c.draft_token_logprobs or (None,) * len(c.draft_token_ids)
+            # Acceptance rule: walk the drafted tokens in order; a token is plausible when
+            # the target finds it so under every rule set; the (tolerance+1)-th implausible
+            # token is the cut: what precedes it is kept, the target writes from there.
+            cut, misses = None, 0
+            for i, (tok, text, dlp) in enumerate(zip(scored.tokens, texts, draft_lps)):
+                rule = self.rule_broken(tok.logprob, tok.rank, dlp, text)
+                if rule is None:
+                    continue
+                misses += 1
+                if misses > self.tolerance:
+                    cut = TokenCut(offset=i, token=text, target_logprob=tok.logprob, draft_logprob=dlp,
+                                   rank=tok.rank, rule=rule, target_token_id=tok.top[0][0] if tok.top else -1,
+                                   kept_text="".join(texts[:i]))
+                    break
+            worst = min((t.logprob for t in scored.tokens), default=0.0)
+            verdicts.append(Verdict(self.name, accept=cut is None, confident=True,
+                                    score=worst if math.isfinite(worst) else -1e9, num_judge_calls=1, cut=cut))
+        return verdicts
