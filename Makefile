@@ -25,10 +25,33 @@ test-fast:
 	bash scripts/bootstrap.sh
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not pair" $(PYTEST_ARGS)
 
-# target-only, specreason and lookahead side by side on the first 30 GSM8K test problems
-# (about two hours on 2 CPU cores); resumable: `stepspec bench --resume runs/gsm8k30`.
+# The verifier comparison on the first 100 GSM8K test problems, in one resumable run:
+# target-only; specreason with the 0-9 score judge; specreason with the likelihood judge
+# from lossless to loose (exact: only the target's greedy token passes; typed: the
+# judge's defaults, floor -5 and digits/operators must be the target's top token;
+# loose: floor -8, any digit the floor lets through); lookahead with the likelihood judge.
+# The 0.5B drafts tokens inside the 1.5B in every arm. Throughput mode first (per arm,
+# all 100 problems at once, wall time measured), then latency mode on the first 30 for
+# target-only, sr-score and sr-lik-typed. `make bench` resumes the run when its
+# directory holds one (`stepspec bench --resume BENCH_DIR`; an arm cut short runs again).
+BENCH_DIR ?= benchmarks/measured/gsm8k100_verify_cpu
+BENCH_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-loose,la-lik \
+	--opt sr-score.strategy=specreason --opt sr-score.judge=score \
+	--opt sr-lik-exact.strategy=specreason --opt sr-lik-exact.judge=likelihood --opt sr-lik-exact.judge.max_rank=1 \
+	--opt sr-lik-exact.judge.floor=none --opt sr-lik-exact.judge.math_max_rank=none \
+	--opt sr-lik-typed.strategy=specreason --opt sr-lik-typed.judge=likelihood \
+	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood --opt sr-lik-loose.judge.floor=-8 \
+	--opt sr-lik-loose.judge.math_max_rank=none \
+	--opt la-lik.strategy=lookahead --opt la-lik.judge=likelihood
 bench: setup
-	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,lookahead --output-dir runs/gsm8k30
+	@if ls $(BENCH_DIR)/results_*.json >/dev/null 2>&1; then \
+		echo "resuming the run in $(BENCH_DIR)"; \
+		$(VENV)/bin/stepspec bench --resume $(BENCH_DIR); \
+	else \
+		$(VENV)/bin/stepspec bench --dataset gsm8k --limit 100 --mode both --latency-limit 30 \
+			--latency-strategies target-only,sr-score,sr-lik-typed $(BENCH_ARMS) \
+			--spec draft --max-tokens 640 --kv-cache-gib 3 --max-num-seqs 100 --output-dir $(BENCH_DIR); \
+	fi
 
 # token-level methods (none, ngram, suffix, draft) inside the target, side by side
 bench-tokens: setup

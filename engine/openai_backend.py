@@ -23,6 +23,22 @@ How the protocol maps onto the server:
 * speculative decoding: vLLM's per-request ``metrics.speculative_decoding`` (present
   when the server speculates with per-request spec-decode metrics enabled) becomes
   ``Completion.spec_decoding`` and is folded into :meth:`OpenAIEngine.stats`.
+* ``score_continuations``: one ``POST /v1/completions`` per :class:`ContinuationRequest`
+  with the prompt as token ids (prefix + continuation), ``max_tokens: 1``, greedy, read
+  two ways; which one an engine uses is found on its first call and logged at INFO:
+
+  - ``prompt_logprobs`` (vLLM): each prompt position's token with its exact logprob and
+    rank, and the model's top-k there. vLLM's server cannot be told to read the prefix
+    cache for such a request (its completion API has no ``skip_reading_prefix_cache``,
+    and a request with prompt logprobs skips the cache by default), so every scoring
+    request prefills its whole prompt.
+  - ``echo`` + ``logprobs`` (servers that ignore or refuse ``prompt_logprobs``): the echoed
+    prompt's ``token_logprobs`` and ``top_logprobs``. The rank is then counted from the
+    top list, so a token outside the top-k is reported with rank ``top_k + 1``.
+
+  A server that reports cached prompt tokens reaching into the continuation would have
+  read garbage logprobs from its cache; that request is sent again with a fresh
+  ``cache_salt`` (vLLM: no cache hit), and it is an error if the cache is still read.
 * ``count_tokens`` / ``apply_chat_template`` are synchronous: they use the local
   tokenizer when ``tokenizer`` is given, else vLLM's ``/tokenize`` and ``/detokenize``.
 
@@ -38,6 +54,7 @@ import difflib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Self
 
@@ -47,6 +64,8 @@ from engine.protocol import EngineError
 from engine.stats import EngineStats, SpecDecodingStats
 from engine.types import (
     Completion,
+    ContinuationRequest,
+    ContinuationScores,
     EngineInfo,
     FinishReason,
     GenerationRequest,
@@ -54,6 +73,7 @@ from engine.types import (
     NextTokenDistribution,
     Prompt,
     SamplingSpec,
+    ScoredToken,
     TokenLogprob,
 )
 
@@ -64,6 +84,25 @@ _REPLACEMENT_CHAR = "\ufffd"
 # Connection-level failures where the request did not (fully) reach the server.
 _RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 _MAX_BACKOFF_S = 30.0
+# How score_continuations reads a server's logprobs (see the module docstring).
+_PROMPT_LOGPROBS = "prompt_logprobs"
+_ECHO = "echo"
+
+
+class ServerHTTPError(EngineError):
+    """The server answered with an error status (after retries, for 429 and 5xx).
+
+    ``status`` is the HTTP status, ``server_message`` the error message from its body.
+    """
+
+    def __init__(self, message: str, *, status: int, server_message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.server_message = server_message
+
+
+class _PromptLogprobsIgnored(EngineError):
+    """A 2xx answer without ``prompt_logprobs``: the server ignored the field."""
 
 
 def _model_cards(resp: httpx.Response) -> list[dict[str, Any]]:
@@ -203,6 +242,9 @@ class OpenAIEngine:
         self._token_texts: dict[int, str] = {}
         self._started = False
         self._stats = EngineStats()
+        # How score_continuations reads logprobs from this server (_PROMPT_LOGPROBS or
+        # _ECHO); None until its first call finds out.
+        self._scoring_mode: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -385,36 +427,35 @@ class OpenAIEngine:
         message = _server_message(resp)
         return self.model in message and "not exist" in message
 
-    def _http_error(self, path: str, resp: httpx.Response) -> EngineError:
+    def _http_error(self, path: str, resp: httpx.Response) -> ServerHTTPError:
         status = resp.status_code
         message = _server_message(resp)
         where = (
             f"engine '{self.name}': {resp.request.method} {self.base_url}{path} -> HTTP {status}"
         )
         if status == 404:
-            return EngineError(
-                f"{where}: {message}. This server does not implement {path}"
-                + (
-                    "; pass tokenizer=<path or HF id> so tokenization runs locally"
-                    if path in ("/tokenize", "/detokenize")
-                    else "; check base_url points at an OpenAI-compatible server"
-                )
+            text = f"{where}: {message}. This server does not implement {path}" + (
+                "; pass tokenizer=<path or HF id> so tokenization runs locally"
+                if path in ("/tokenize", "/detokenize")
+                else "; check base_url points at an OpenAI-compatible server"
             )
-        if status in (401, 403):
-            return EngineError(
+        elif status in (401, 403):
+            text = (
                 f"{where}: the server rejected the API key: {message}. Pass api_key or "
                 "api_key_env matching the server's --api-key."
             )
-        if status == 429 or status >= 500:
-            return EngineError(
+        elif status == 429 or status >= 500:
+            text = (
                 f"{where} after {self.max_retries + 1} attempts: {message}. The server is "
                 "overloaded or failing; check its log, lower the concurrency or raise max_retries."
             )
-        return EngineError(
-            f"{where}: the server refused the request: {message}. Fix the request (a prompt "
-            "longer than the server's --max-model-len must be shortened; logprobs above "
-            "--max-logprobs need a server started with a larger one)."
-        )
+        else:
+            text = (
+                f"{where}: the server refused the request: {message}. Fix the request (a prompt "
+                "longer than the server's --max-model-len must be shortened; logprobs above "
+                "--max-logprobs need a server started with a larger one)."
+            )
+        return ServerHTTPError(text, status=status, server_message=message)
 
     def _model_not_served_error(self, served: list[str]) -> EngineError:
         close = difflib.get_close_matches(self.model, served, n=1, cutoff=0.0)
@@ -448,6 +489,15 @@ class OpenAIEngine:
         if self.tokenizer is not None:
             return list(self.tokenizer.encode(text, add_special_tokens=False))
         resp = self._request_sync(
+            "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+        )
+        return [int(t) for t in resp.json()["tokens"]]
+
+    async def _aencode(self, text: str) -> list[int]:
+        """:meth:`encode` without blocking the event loop on the server's ``/tokenize``."""
+        if self.tokenizer is not None:
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        resp = await self._request(
             "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
         )
         return [int(t) for t in resp.json()["tokens"]]
@@ -784,6 +834,241 @@ class OpenAIEngine:
             )
         self._stats.observe_next_token(results, seconds)
         return results
+
+    # -- continuation scoring ------------------------------------------------------
+
+    async def score_continuations(
+        self, requests: Sequence[ContinuationRequest]
+    ) -> list[ContinuationScores]:
+        """Each continuation token's logprob, rank and the model's top-k at its position.
+
+        One greedy one-token completion per request, prompt = prefix + continuation as
+        token ids (a text prefix is tokenized as :meth:`encode` does), all sent
+        concurrently. The token at prompt index ``t`` is scored by the model's
+        distribution after the first ``t`` prompt tokens; its rank is 1 + the number of
+        tokens the model finds strictly more likely (1: the model's own greedy token).
+        The first call finds how this server returns prompt logprobs and logs it:
+
+        * ``prompt_logprobs`` (vLLM): exact logprobs and ranks. vLLM's completion API
+          cannot be told to read the prefix cache for a prompt-logprobs request (it has
+          no ``skip_reading_prefix_cache`` field, and such requests skip the cache by
+          default), so each request prefills its whole prompt, unlike the in-process
+          backend, which reads the cache.
+        * ``echo`` + ``logprobs`` (servers that ignore or refuse ``prompt_logprobs``):
+          the rank is counted from the returned top list; a token missing from it gets
+          rank ``top_k + 1``.
+
+        If the server reports cached prompt tokens reaching into the continuation (a
+        cached position's logprobs are not computed: the token at index ``t`` is valid
+        only when ``t - 1 >= cached``), the request is sent once more with a fresh
+        ``cache_salt``, which no cached block matches. ``num_cached_prompt_tokens`` is
+        the server's report (``usage.prompt_tokens_details.cached_tokens``), None when
+        it sends none. Prefix + continuation of ``max_model_len`` tokens or more (one
+        more token is generated) is an :class:`EngineError` before anything is sent.
+        """
+        await self.start()
+        prefixes = await _gather_or_cancel([self._prefix_ids(r.prefix) for r in requests])
+        prompts = [prefix + list(r.continuation) for prefix, r in zip(prefixes, requests)]
+        for prefix, ids in zip(prefixes, prompts):
+            if self.max_model_len is not None and len(ids) >= self.max_model_len:
+                raise EngineError(
+                    f"engine '{self.name}': prefix + continuation is {len(ids)} tokens "
+                    f"({len(prefix)} + {len(ids) - len(prefix)}) but max_model_len is "
+                    f"{self.max_model_len}; score a shorter continuation or prefix, or serve the "
+                    "model with a larger --max-model-len"
+                )
+        work = [(ids, len(prefix), r) for ids, prefix, r in zip(prompts, prefixes, requests)]
+        t0 = time.perf_counter()
+        results: list[ContinuationScores] = []
+        if work and self._scoring_mode is None:
+            results.append(await self._probe_scoring(*work[0]))
+            work = work[1:]
+        mode = self._scoring_mode
+        results += await _gather_or_cancel([self._score_one(mode, *w) for w in work])
+        seconds = time.perf_counter() - t0
+        self._stats.observe_call(
+            num_requests=len(results),
+            num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
+            num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
+            num_output_tokens=len(results),  # the one greedy token each request generates
+            seconds=seconds,
+        )
+        return results
+
+    async def _prefix_ids(self, prefix: Prompt) -> list[int]:
+        if isinstance(prefix, str):
+            ids = await self._aencode(prefix) if prefix else []
+        else:
+            ids = list(prefix)
+        if not ids:
+            raise EngineError(
+                f"engine '{self.name}': empty prefix; a continuation is scored after at least "
+                "one prefix token (start the prefix with the prompt it continues)"
+            )
+        return [int(t) for t in ids]
+
+    async def _probe_scoring(
+        self, ids: list[int], num_prefix: int, request: ContinuationRequest
+    ) -> ContinuationScores:
+        """Score one request with ``prompt_logprobs``, else with ``echo``, and keep the
+        mode that worked for this engine; an EngineError naming both failures if neither."""
+        try:
+            result = await self._score_one(_PROMPT_LOGPROBS, ids, num_prefix, request)
+        except _PromptLogprobsIgnored as e:
+            why = str(e)
+        except ServerHTTPError as e:
+            if e.status not in (400, 422) or _PROMPT_LOGPROBS not in e.server_message:
+                raise
+            why = f"the server refused prompt_logprobs: HTTP {e.status}: {e.server_message}"
+        else:
+            self._use_scoring_mode(_PROMPT_LOGPROBS, "the server returns prompt_logprobs")
+            return result
+        try:
+            result = await self._score_one(_ECHO, ids, num_prefix, request)
+        except EngineError as e:
+            raise EngineError(
+                f"engine '{self.name}': the server at {self.base_url} cannot score "
+                f"continuations: not with prompt_logprobs ({why}), nor with echo + logprobs "
+                f"({e}). Serve the model with vLLM, or with a server whose /v1/completions "
+                "returns the prompt's logprobs for echo=true."
+            ) from e
+        self._use_scoring_mode(_ECHO, why)
+        return result
+
+    def _use_scoring_mode(self, mode: str, why: str) -> None:
+        if self._scoring_mode != mode:
+            logger.info("engine '%s': scoring continuations with %s (%s)", self.name, mode, why)
+        self._scoring_mode = mode
+
+    def _scoring_payload(self, mode: str, ids: list[int], top_k: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }
+        if mode == _PROMPT_LOGPROBS:
+            payload["prompt_logprobs"] = top_k
+        else:
+            # Keys of top_logprobs as "token_id:N" (vLLM); other servers key by text.
+            payload.update(echo=True, logprobs=top_k, return_tokens_as_token_ids=True)
+        return payload
+
+    @staticmethod
+    def _reads_cached_continuation(cached: int | None, num_prefix: int) -> bool:
+        """True when the cache served the position that scores the first continuation
+        token (prompt index ``num_prefix`` is valid when ``num_prefix - 1 >= cached``)."""
+        return cached is not None and cached > num_prefix - 1
+
+    async def _score_one(
+        self, mode: str, ids: list[int], num_prefix: int, request: ContinuationRequest
+    ) -> ContinuationScores:
+        payload = self._scoring_payload(mode, ids, request.top_k)
+        body = await self._complete(payload)
+        _, cached = self._usage(body)
+        if self._reads_cached_continuation(cached, num_prefix):
+            logger.info(
+                "engine '%s': the server read %d of %d prompt tokens from its prefix cache, past "
+                "the %d-token prefix; scoring again with a fresh cache_salt",
+                self.name, cached, len(ids), num_prefix,
+            )  # fmt: skip
+            body = await self._complete({**payload, "cache_salt": uuid.uuid4().hex})
+            _, cached = self._usage(body)
+            if self._reads_cached_continuation(cached, num_prefix):
+                raise EngineError(
+                    f"engine '{self.name}': the server read {cached} of {len(ids)} prompt tokens "
+                    f"from its prefix cache, past the {num_prefix}-token prefix, even with a fresh "
+                    "cache_salt, so it computed no logprobs for the continuation; start the "
+                    "server without prefix caching (vLLM: --no-enable-prefix-caching)"
+                )
+        choice = body["choices"][0]
+        if mode == _PROMPT_LOGPROBS:
+            tokens = self._prompt_logprob_tokens(choice, ids, num_prefix, request)
+        else:
+            tokens = self._echo_tokens(choice, ids, num_prefix, request)
+        return ContinuationScores(tokens, num_prompt_tokens=len(ids), num_cached_prompt_tokens=cached)
+
+    def _prompt_logprob_tokens(
+        self, choice: Mapping[str, Any], ids: list[int], num_prefix: int, request: ContinuationRequest
+    ) -> tuple[ScoredToken, ...]:
+        """The continuation's tokens from vLLM's ``prompt_logprobs``: one entry per prompt
+        position (None at index 0), each ``{"<token id>": {"logprob", "rank", ...}}``
+        holding the prompt token and the model's top ``prompt_logprobs`` tokens."""
+        positions = choice.get(_PROMPT_LOGPROBS)
+        if positions is None:
+            raise _PromptLogprobsIgnored(
+                f"engine '{self.name}': the server answered a prompt_logprobs request without "
+                "prompt_logprobs, so it does not support them (vLLM does)"
+            )
+        if len(positions) != len(ids):
+            raise EngineError(
+                f"engine '{self.name}': the server returned {len(positions)} prompt-logprob "
+                f"positions for a prompt of {len(ids)} tokens"
+            )
+        tokens = []
+        for t, tok in enumerate(request.continuation, start=num_prefix):
+            position = positions[t] or {}
+            chosen = position.get(str(tok))
+            if chosen is None or chosen.get("rank") is None:
+                raise EngineError(
+                    f"engine '{self.name}': the server's prompt_logprobs at prompt index {t} "
+                    f"hold no logprob and rank for the prompt's token {tok}"
+                )
+            top = sorted(
+                (
+                    (int(k), float(v["logprob"]), int(v["rank"]))
+                    for k, v in position.items()
+                    if v.get("rank") is not None and v["rank"] <= request.top_k
+                ),
+                key=lambda e: e[2],
+            )
+            tokens.append(
+                ScoredToken(tok, float(chosen["logprob"]), int(chosen["rank"]),
+                            tuple((tid, lp) for tid, lp, _ in top))
+            )  # fmt: skip
+        return tuple(tokens)
+
+    def _echo_tokens(
+        self, choice: Mapping[str, Any], ids: list[int], num_prefix: int, request: ContinuationRequest
+    ) -> tuple[ScoredToken, ...]:
+        """The continuation's tokens from an echoed prompt's ``logprobs``: per position
+        the token's ``token_logprobs`` entry and a ``top_logprobs`` dict (None at index 0)."""
+        lp = choice.get("logprobs")
+        if not lp:
+            raise EngineError(
+                f"engine '{self.name}': the server answered an echo + logprobs request without "
+                "logprobs"
+            )
+        token_lps = lp.get("token_logprobs") or []
+        tops = lp.get("top_logprobs") or []
+        texts = lp.get("tokens") or []
+        if len(token_lps) < len(ids) or len(tops) < len(ids):
+            raise EngineError(
+                f"engine '{self.name}': the server echoed {len(token_lps)} logprobs for a prompt "
+                f"of {len(ids)} tokens, so it does not echo the prompt's logprobs"
+            )
+        tokens = []
+        for t, tok in enumerate(request.continuation, start=num_prefix):
+            if t < len(texts) and str(texts[t]).startswith(_TOKEN_ID_PREFIX):
+                echoed = self._key_to_id(texts[t])
+                if echoed != tok:
+                    raise EngineError(
+                        f"engine '{self.name}': the server echoed token {echoed} at prompt index "
+                        f"{t} where the prompt has {tok}"
+                    )
+            if token_lps[t] is None or tops[t] is None:
+                raise EngineError(
+                    f"engine '{self.name}': the server echoed no logprobs at prompt index {t}"
+                )
+            logprob = float(token_lps[t])
+            entries = self._top_ids(tops[t])
+            if any(tid == tok for tid, _ in entries):
+                rank = 1 + sum(1 for tid, other in entries if tid != tok and other > logprob)
+            else:
+                rank = request.top_k + 1
+            best = sorted(entries, key=lambda e: -e[1])[: request.top_k]
+            tokens.append(ScoredToken(tok, logprob, rank, tuple(best)))
+        return tuple(tokens)
 
     # -- stats ---------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ class TokenCut:
     def to_dict(self) -> dict:
         return {"offset": self.offset, "token": self.token, "target_logprob": self.target_logprob,
                 "draft_logprob": self.draft_logprob, "rank": self.rank, "rule": self.rule.value,
-                "target_token_id": self.target_token_id}
+                "target_token_id": self.target_token_id, "kept_text": self.kept_text}
 
 
 @dataclass(frozen=True)

@@ -67,13 +67,14 @@ class _NotLoaded:
 
 def build_engines(target: str, draft: str | None, *, target_spec: str = "none", draft_spec: str = "none",
                   num_speculative_tokens: int | None = None, kv_cache_gib: float = 1.0, max_model_len: int = 4096,
-                  draft_engine: bool = True) -> tuple[Engine, Engine | None]:
+                  max_num_seqs: int = 32, draft_engine: bool = True) -> tuple[Engine, Engine | None]:
     """In-process vLLM engines (not started) for model presets, folders or hub ids.
 
     ``target_spec``/``draft_spec``: token-level speculation inside each engine
     (none, ngram, suffix, draft; ``draft`` on the target uses the draft model as
-    its token drafter). ``draft_engine=False``: no engine for the draft model
-    (it may still draft tokens inside the target)."""
+    its token drafter). ``max_num_seqs``: sequences each engine decodes in one
+    batch (raise it to serve more problems at once). ``draft_engine=False``: no
+    engine for the draft model (it may still draft tokens inside the target)."""
     from engine.models import resolve_model
     from engine.speculation import speculative_config
     from engine.vllm_backend import VLLMEngine
@@ -85,11 +86,13 @@ def build_engines(target: str, draft: str | None, *, target_spec: str = "none", 
     if draft_spec == "draft":
         raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
     target_engine = VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                               max_num_seqs=max_num_seqs,
                                speculative_config=speculative_config(target_spec, draft_model=draft_path,
                                                                      num_speculative_tokens=num_speculative_tokens))
     if draft_path is None or not draft_engine:
         return target_engine, None
     return target_engine, VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
+                                     max_num_seqs=max_num_seqs,
                                      speculative_config=speculative_config(draft_spec,
                                                                            num_speculative_tokens=num_speculative_tokens))
 

@@ -6,6 +6,7 @@ model "says" and see what it was asked.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Callable, Mapping, Sequence
 
@@ -47,12 +48,14 @@ class ScriptedEngine:
         continuation: Callable[[str], str] | None = None,
         token_logprob: Callable[[str], float] | None = None,
         token_scores: Callable[[str, list[str]], Sequence[tuple[float, int, str | None]]] | None = None,
+        delay: float | None = None,
     ) -> None:
         self.name = name
         self._next_token = next_token or (lambda prompt: [("0", 0.0)])
         self._continuation = continuation or (lambda prompt: "")
         self._token_logprob = token_logprob or (lambda text: 0.0)
         self._token_scores = token_scores or (lambda prefix, tokens: [(0.0, 1, None)] * len(tokens))
+        self.delay = delay  # seconds each generate call waits (yielding to other traces); None: no wait
         self.scored: list[tuple[str, list[str]]] = []  # (prefix, continuation tokens) per scored request
         self.prompts: list[str] = []
         self.num_calls = 0
@@ -67,6 +70,8 @@ class ScriptedEngine:
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.num_calls += 1
+        if self.delay is not None:
+            await asyncio.sleep(self.delay)
         results = []
         for r in requests:
             self.prompts.append(str(r.prompt))

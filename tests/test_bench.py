@@ -11,7 +11,7 @@ import pytest
 
 from fake_engine import ScriptedEngine
 from workflows.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.report import PLOTS, acceptance_by_position
+from workflows.report import PLOTS, acceptance_by_position, paired_counts, summarize
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -72,7 +72,8 @@ class StopAfter:
 
 TIMING = {"seconds", "model_seconds", "draft_seconds", "judge_seconds", "target_seconds", "seconds_p50",
           "seconds_p90", "seconds_total", "output_tokens_per_second", "speedup", "orchestration_share", "run", "overhead",
-          "versions", "git_hash"}
+          "versions", "git_hash", "judge_seconds_per_drafted_step", "judge_seconds_vs_score", "wall_seconds",
+          "problems_per_minute"}
 
 
 def untimed(obj):
@@ -192,6 +193,18 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     (["--dataset", "gsm9k"], "unknown dataset 'gsm9k'"),
     (["--limit", "0"], "limit"),
     (["--grader", "exactish"], "unknown grader 'exactish'"),
+    (["--strategies", "target-only,sr-score", "--opt", "sr-score.judge=score"],
+     "unknown strategy 'sr-score'. Strategies: target-only, draft-only, specreason"),
+    (["--strategies", "target-only,sr-score", "--opt", "sr-score.judge=score"],
+     "To bench an arm under this label, give its strategy: --opt sr-score.strategy=NAME"),
+    (["--strategies", "target-only,lookahed"], "unknown strategy 'lookahed'. Did you mean 'lookahead'?"),
+    (["--strategies", "target-only,sr-score", "--opt", "sr-score.strategy=specreasn"],
+     "unknown strategy 'specreasn'. Did you mean 'specreason'"),
+    (["--strategies", "target-only,sr", "--opt", "sr.strategy=specreason", "--opt", "sr.gamma=2"],
+     "arm 'sr' (specreason): strategy 'specreason' has no option gamma"),
+    (["--mode", "fast"], "--mode is latency, throughput or both"),
+    (["--mode", "throughput", "--latency-limit", "5"], "apply to latency mode, which is not in this run"),
+    (["--mode", "both", "--latency-strategies", "target-only,sr"], "--latency-strategies: sr not in --strategies"),
 ])
 def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, message):
     r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "bench",
@@ -200,6 +213,280 @@ def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, mes
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in " ".join(r.stderr.split()), r.stderr
     assert "Traceback" not in r.stderr
+
+
+# -- arms and modes -------------------------------------------------------------------
+
+
+class SlowEngine(ScriptedEngine):
+    """A scripted engine whose calls take a little while, so that concurrent problems
+    overlap; it counts the calls in flight at once and the prefix-cache resets."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.in_flight = self.max_in_flight = self.num_resets = 0
+
+    async def _slow(self, call, *args):
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.002)
+            return await call(*args)
+        finally:
+            self.in_flight -= 1
+
+    async def generate(self, requests):
+        return await self._slow(super().generate, requests)
+
+    async def next_token_logprobs(self, prompts, top_k=20):
+        return await self._slow(super().next_token_logprobs, prompts, top_k)
+
+    async def reset_prefix_cache(self):
+        self.num_resets += 1
+
+
+def slow_engines():
+    target, draft = engines()
+    return (SlowEngine("target", next_token=target._next_token, continuation=target._continuation),
+            SlowEngine("draft", continuation=draft._continuation))
+
+
+# Two arms of specreason: the strict one rejects the draft's wrong answers (1.0), the lax one
+# (threshold 0) keeps every drafted step, so it is as wrong as the draft (0.5).
+ARMS = ("target-only", "sr-strict", "sr-lax")
+ARM_OPTIONS = {"sr-strict": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 7}},
+               "sr-lax": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 0}}}
+
+
+def arm_spec(data, **kw):
+    return BenchSpec(dataset=str(data), question_field="q", answer_field="a", strategies=ARMS,
+                     strategy_options=ARM_OPTIONS, **kw)
+
+
+def test_arms_run_one_strategy_under_several_labels(tmp_path):
+    data = write_problems(tmp_path / "add.jsonl", 4)
+    results = asyncio.run(run_bench(arm_spec(data), tmp_path / "run", engines=engines()))
+    m = results["results"]
+    assert list(m) == list(ARMS)
+    assert m["sr-strict"]["accuracy"]["exact"] == 1.0 and m["sr-lax"]["accuracy"]["exact"] == 0.5
+    assert m["sr-lax"]["paired"] == {"over": "target-only", "metric": "exact", "num_problems": 4, "lost": 2,
+                                     "gained": 0, "net": 2, "accuracy": 0.5, "baseline_accuracy": 1.0}
+    assert results["run"]["arms"]["sr-lax"] == {"strategy": "specreason", "judge": "score", "router": None,
+                                                "options": {"judge": "score", "judge_options": {"threshold": 0}}}
+    for arm in ARMS:
+        rows = read_samples(tmp_path / "run" / f"samples_add_{arm}.jsonl")
+        assert [r["doc_id"] for r in rows] == [0, 1, 2, 3] and {r["strategy"] for r in rows} == {arm}
+    lax = read_samples(tmp_path / "run" / "samples_add_sr-lax.jsonl")
+    assert {r["trace"]["strategy"] for r in lax} == {"specreason"}
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| sr-lax | latency | 4 | 50.0% ± 28.9% | 2 / 0 / +2 |" in report
+    assert "* `sr-lax`: `specreason`; judge `score`; judge=\"score\", judge_options={\"threshold\": 0}" in report
+    # the saved config reads back: a resumed run finds every arm done
+    again = asyncio.run(run_bench(arm_spec(data), tmp_path / "run", resume=True, engines=engines()))
+    assert untimed(again["results"]) == untimed(results["results"])
+
+
+def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkeypatch):
+    import workflows.bench as bench
+
+    monkeypatch.setattr(bench, "build_engines", lambda *a, **k: pytest.fail("a model was loaded"))
+    data = write_problems(tmp_path / "add.jsonl", 2)
+    no_strategy = {k: {o: v for o, v in opts.items() if o != "strategy"} for k, opts in ARM_OPTIONS.items()}
+    with pytest.raises(ValueError, match=r"unknown strategy 'sr-strict'\. .*--opt sr-strict\.strategy=NAME"):
+        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": no_strategy}), tmp_path / "r"))
+    with pytest.raises(ValueError, match="unknown strategy 'specreasn'. Did you mean 'specreason'"):
+        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
+            **ARM_OPTIONS, "sr-lax": {"strategy": "specreasn"}}}), tmp_path / "r"))
+    with pytest.raises(ValueError, match="'specreason' is the name of a strategy"):
+        asyncio.run(run_bench(spec_for(data, strategy_options={"specreason": {"strategy": "lookahead"}}),
+                              tmp_path / "r"))
+    with pytest.raises(ValueError, match="arm 'sr-lax' \\(specreason\\): .*threshold must be within 0..9"):
+        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
+            **ARM_OPTIONS, "sr-lax": {"strategy": "specreason", "judge": "score",
+                                      "judge_options": {"threshold": 12}}}}), tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_time(tmp_path, monkeypatch):
+    import workflows.bench as bench
+
+    target, draft = slow_engines()
+    built = {}
+
+    def fake_build(*args, **kwargs):  # what run_bench asks of the vLLM engines
+        built.update(kwargs)
+        return target, draft
+
+    monkeypatch.setattr(bench, "build_engines", fake_build)
+    data = write_problems(tmp_path / "add.jsonl", 6)
+    results = asyncio.run(run_bench(arm_spec(data, modes=("throughput",), max_num_seqs=4), tmp_path / "run"))
+    assert built["max_num_seqs"] == 6  # raised to the number of problems served at once
+    assert results["status"] == "complete" and results["results"] == {}
+    assert target.max_in_flight > 1  # the problems were in flight together
+    assert target.num_resets == draft.num_resets == len(ARMS)  # caches reset before each arm
+    run = tmp_path / "run"
+    assert not list(run.glob("samples_add_sr-lax.jsonl"))  # no latency samples
+    for arm in ARMS:
+        rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == list(range(6))
+        assert {r["mode"] for r in rows} == {"throughput"} and {r["strategy"] for r in rows} == {arm}
+        wall = results["run"]["throughput"][arm]
+        assert wall["status"] == "complete" and wall["num_problems"] == 6 and wall["num_solved"] == 6
+        assert wall["wall_seconds"] > 0
+    tp = results["results_throughput"]
+    assert tp["sr-strict"]["accuracy"]["exact"] == 1.0
+    # sr-lax keeps the draft's wrong answers on odd problems, except where the goodput
+    # governor, under load, had the target write a step instead (a backoff step)
+    lax = read_samples(run / "samples_add_sr-lax_throughput.jsonl")
+    wrong = {r["doc_id"] for r in lax if not r["correct"]["exact"]}
+    assert wrong == {r["doc_id"] for r in lax if r["doc_id"] % 2
+                     and all(step["author"] == "draft" for step in r["trace"]["steps"])}
+    assert tp["sr-lax"]["paired"]["lost"] == tp["sr-lax"]["paired"]["net"] == len(wrong)
+    assert tp["sr-lax"]["num_backoff_steps"] == sum(r["stats"]["num_backoff_steps"] for r in lax)
+    walls = results["run"]["throughput"]
+    assert tp["sr-lax"]["throughput"]["speedup"] == pytest.approx(walls["target-only"]["wall_seconds"]
+                                                                  / walls["sr-lax"]["wall_seconds"])
+    assert tp["target-only"]["throughput"]["speedup"] == 1.0
+    report = (run / "report.md").read_text()
+    assert "| sr-strict | throughput | 6 | 100.0% ± 0.0% | 0 / 0 / +0 |" in report
+    assert f"| sr-lax | throughput | 6 | {1 - len(wrong) / 6:.1%}" in report
+    assert "**Throughput mode**" in report and "**Latency mode**" not in report
+    assert all((run / p).stat().st_size > 1000 for p in PLOTS)
+
+
+class CancelAfter:
+    """Cancels the run after ``n`` saved samples, as Ctrl-C (SIGINT) does in the CLI."""
+
+    def __init__(self, n):
+        self.n, self.seen, self.main = n, 0, None
+
+    def start(self, strategies, num_problems, done, metric):
+        self.main = self.main or asyncio.current_task()
+
+    def sample(self, record):
+        self.seen += 1
+        if self.seen == self.n:
+            self.main.cancel()
+
+
+def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_path, caplog):
+    data = write_problems(tmp_path / "add.jsonl", 4)
+    run = tmp_path / "run"
+    with pytest.raises(asyncio.CancelledError):  # stopped during sr-strict, the second arm
+        asyncio.run(run_bench(arm_spec(data, modes=("throughput",)), run, engines=slow_engines(),
+                              progress=CancelAfter(6)))
+    (results_file,) = run.glob("results_*.json")
+    cut = json.loads(results_file.read_text())
+    assert cut["status"] == "interrupted"
+    assert cut["run"]["throughput"]["target-only"]["status"] == "complete"
+    assert cut["run"]["throughput"]["sr-strict"]["status"] == "interrupted"
+    assert "sr-lax" not in cut["run"]["throughput"]
+    first = (run / "samples_add_target-only_throughput.jsonl").read_text()
+    assert 2 <= len(read_samples(run / "samples_add_sr-strict_throughput.jsonl")) <= 4
+
+    target, draft = slow_engines()
+    with caplog.at_level("WARNING", logger="workflows.bench"):
+        done = asyncio.run(run_bench(arm_spec(data), run, resume=True, engines=(target, draft)))
+    assert "throughput arm sr-strict is incomplete" in caplog.text and "running it again" in caplog.text
+    assert done["status"] == "complete" and done["config"]["modes"] == ["throughput"]  # the run's own config
+    assert (run / "samples_add_target-only_throughput.jsonl").read_text() == first  # skipped, untouched
+    assert target.num_resets == 2  # sr-strict and sr-lax ran, target-only did not
+    for arm in ARMS:
+        rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3]  # every problem once
+        assert done["run"]["throughput"][arm]["status"] == "complete"
+    assert done["results_throughput"]["sr-strict"]["accuracy"]["exact"] == 1.0
+
+
+def test_both_modes_with_a_latency_subset(tmp_path):
+    data = write_problems(tmp_path / "add.jsonl", 5)
+    target, draft = slow_engines()
+    spec = arm_spec(data, modes=("throughput", "latency"), latency_limit=2,
+                    latency_strategies=("target-only", "sr-lax"))
+    results = asyncio.run(run_bench(spec, tmp_path / "run", engines=(target, draft)))
+    run = tmp_path / "run"
+    assert list(results["results"]) == ["target-only", "sr-lax"]
+    assert [r["doc_id"] for r in read_samples(run / "samples_add_sr-lax.jsonl")] == [0, 1]
+    assert not (run / "samples_add_sr-strict.jsonl").exists()
+    assert all(len(read_samples(run / f"samples_add_{arm}_throughput.jsonl")) == 5 for arm in ARMS)
+    # latency: one problem at a time, a reset before each of its 4 solves; throughput: one per arm
+    assert target.num_resets == 4 + len(ARMS)
+    lat = results["results"]["sr-lax"]
+    assert lat["num_problems"] == 2 and lat["paired"]["lost"] == 1 and lat["speedup"]["num_problems"] == 2
+    report = (run / "report.md").read_text()
+    assert "| sr-strict | throughput | 5 | 100.0%" in report and "| sr-lax | latency | 2 | 50.0%" in report
+    assert "| sr-strict | latency |" not in report
+    assert "**Latency mode**: 2 problems" in report
+
+
+def _record(doc, correct, seconds=1.0, drafted=0, judge_seconds=0.0, cut=0, backoff=0):
+    stats = {"num_tokens": 10, "num_accepted_steps": drafted - cut, "num_drafted_steps": drafted,
+             "num_target_tokens": 5, "num_generated_tokens": {}, "num_target_calls": 1, "num_judge_calls": drafted,
+             "spec_decoding": {}, "num_cut_steps": cut, "num_backoff_steps": backoff, "num_kept_draft_tokens": 0,
+             "judge_seconds": judge_seconds}
+    return {"doc_id": doc, "correct": {"exact": correct}, "error": None, "seconds": seconds, "model_seconds": seconds,
+            "stop_reason": "answer", "stats": stats, "trace": {"steps": []}}
+
+
+def test_paired_counts_and_judge_time_on_hand_made_records():
+    base = [_record(d, c) for d, c in enumerate([True, True, True, False, False])]
+    arm = [_record(d, c, drafted=4, judge_seconds=2.0, cut=1, backoff=2)
+           for d, c in enumerate([False, True, True, True, False, True])]  # doc 5: no baseline to pair with
+    worse = [_record(d, c, drafted=2, judge_seconds=0.5) for d, c in enumerate([False, False, True, False, False])]
+    assert paired_counts(arm, base, "exact") == {"metric": "exact", "num_problems": 5, "lost": 1, "gained": 1,
+                                                 "net": 0, "accuracy": 0.6, "baseline_accuracy": 0.6}
+    out = summarize({"target-only": base, "lik": arm, "sr-score": worse}, ["exact"],
+                    judges={"lik": "likelihood", "sr-score": "score", "target-only": None})
+    assert (out["sr-score"]["paired"]["lost"], out["sr-score"]["paired"]["gained"],
+            out["sr-score"]["paired"]["net"]) == (2, 0, 2)
+    assert out["target-only"]["paired"]["net"] == 0
+    assert out["lik"]["num_cut_steps"] == 6 and out["lik"]["num_backoff_steps"] == 12
+    assert out["lik"]["judge_seconds_per_drafted_step"] == 0.5  # 12 s over 24 drafted steps
+    assert out["sr-score"]["judge_seconds_per_drafted_step"] == 0.25
+    assert out["lik"]["judge_seconds_vs_score"] == {"over": "sr-score", "ratio": 2.0}
+    assert out["target-only"]["judge_seconds_per_drafted_step"] is None
+    # a baseline that ran only in the other mode still pairs
+    alone = summarize({"lik": arm}, ["exact"], fallback={"target-only": base}, fallback_name="throughput")
+    assert alone["lik"]["paired"]["over"] == "target-only (throughput)" and alone["lik"]["paired"]["lost"] == 1
+
+
+def test_report_of_a_committed_run_rebuilds(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "gsm8k30_cpu"
+    run = tmp_path / "old"
+    shutil.copytree(source, run)
+    for f in ["report.md", *PLOTS]:
+        (run / f).unlink()
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "bench", "report", str(run)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = (run / "report.md").read_text()
+    assert "| specreason | 30 | 20.0% ± 7.4% | 20.0% | 63.2 | 90.5 | 4.67 | 1.18× | 1.19× |" in report
+    # paired: target-only solves 18; specreason loses 13 of them and gains 1
+    assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in report
+    assert "* `specreason`: `specreason`; judge `score`" in report  # told by its steps (the default then)
+    assert all((run / p).stat().st_size > 1000 for p in PLOTS)
+
+
+def test_build_engines_passes_max_num_seqs_to_both_engines(tmp_path, monkeypatch):
+    import engine.vllm_backend as backend
+    from orchestrator.reasoner import build_engines
+
+    made = []
+
+    class Recorder:
+        def __init__(self, path, **kwargs):
+            made.append(kwargs)
+
+    monkeypatch.setattr(backend, "VLLMEngine", Recorder)
+    (tmp_path / "config.json").write_text("{}")  # a model folder, as far as resolving its path goes
+    build_engines(str(tmp_path), str(tmp_path), max_num_seqs=100)
+    assert [k["max_num_seqs"] for k in made] == [100, 100]
+    made.clear()
+    build_engines(str(tmp_path), str(tmp_path))
+    assert [k["max_num_seqs"] for k in made] == [32, 32]
 
 
 @pytest.mark.vllm

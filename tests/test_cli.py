@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from orchestrator.reasoner import _NotLoaded
 from workflows.datasets import DatasetError, load_problems
 
 
@@ -111,3 +112,85 @@ def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
     assert marks == len(trace.steps)
     assert r.stdout.count("→ target") == len(trace.steps) - trace.num_accepted_steps
     assert "stop reason" in r.stdout and trace.stop_reason in r.stdout
+
+
+def test_bench_opt_values_none_and_null_switch_an_option_off():
+    from workflows.cli import _strategy_options
+
+    opts = _strategy_options(["sr"], None, None, None, None,
+                             ["sr.strategy=specreason", "sr.judge=likelihood", "sr.judge.floor=none",
+                              "sr.judge.math_max_rank=null", "sr.judge.contrast=None", "sr.judge.max_rank=1",
+                              "sr.judge.tolerance=2", "sr.backoff=false"])
+    assert opts == {"sr": {"strategy": "specreason", "judge": "likelihood", "backoff": False,
+                           "judge_options": {"floor": None, "math_max_rank": None, "contrast": None, "max_rank": 1,
+                                             "tolerance": 2}}}
+
+
+def _makefile_bench_args(output_dir):
+    """The arguments `make bench` gives `stepspec bench` for a new run."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "Makefile").read_text().replace("\\\n", " ")
+    arms = re.search(r"^BENCH_ARMS = (.*)$", text, re.M).group(1)
+    command = re.search(r"\$\(VENV\)/bin/stepspec bench (--dataset .*?);", text).group(1)
+    return shlex.split(command.replace("$(BENCH_ARMS)", arms).replace("$(BENCH_DIR)", str(output_dir)))
+
+
+def test_make_bench_arms_are_valid_and_saved_as_given(tmp_path, monkeypatch):
+    """`make bench`'s command line, up to the engines (scripted ones that solve nothing):
+    every arm builds its reasoner, and the run's config holds the arms, modes and limits."""
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    import workflows.bench as bench
+    from workflows.cli import app
+
+    built = {}
+
+    async def no_run(spec, run_dir, **kwargs):  # what the command hands over to the run
+        built.update(spec=spec, run_dir=run_dir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", no_run)
+    run = tmp_path / "run"
+    args = _makefile_bench_args(run)
+    assert args[args.index("--output-dir") + 1] == str(run)
+    r = CliRunner().invoke(app, ["bench", *args, "--no-progress"])
+    assert r.exit_code == 130, r.output  # the stand-in's Ctrl-C
+    spec = built["spec"]
+    assert str(built["run_dir"]) == str(run)
+    checked = spec.reasoners(_NotLoaded("target"), _NotLoaded("draft"))
+    exact = checked["sr-lik-exact"].judge
+    assert (exact.floor, exact.max_rank, exact.math_max_rank) == (None, 1, None)
+    loose = checked["sr-lik-loose"].judge
+    assert (loose.floor, loose.max_rank, loose.math_max_rank) == (-8, None, None)
+    typed = checked["sr-lik-typed"].judge
+    assert (typed.floor, typed.math_max_rank) == (-5.0, 1)
+    saved = {"config": spec.model_dump(mode="json"),
+             "run": {"arms": {a: bench.arm_info(spec, a, checked[a]) for a in spec.strategies}}}
+    config = saved["config"]
+    assert config["strategies"] == ["target-only", "sr-score", "sr-lik-exact", "sr-lik-typed", "sr-lik-loose",
+                                    "la-lik"]
+    assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30 and config["limit"] == 100
+    assert config["latency_strategies"] == ["target-only", "sr-score", "sr-lik-typed"]
+    assert config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 3 and config["max_tokens"] == 640
+    assert config["target_spec"] == "draft"
+    options = config["strategy_options"]
+    assert options["sr-lik-exact"]["judge_options"] == {"max_rank": 1, "floor": None, "math_max_rank": None}
+    assert options["sr-lik-loose"]["judge_options"] == {"floor": -8, "math_max_rank": None}
+    arms = saved["run"]["arms"]
+    assert {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms} == {
+        "target-only": ("target-only", None), "sr-score": ("specreason", "score"),
+        "sr-lik-exact": ("specreason", "likelihood"), "sr-lik-typed": ("specreason", "likelihood"),
+        "sr-lik-loose": ("specreason", "likelihood"), "la-lik": ("lookahead", "likelihood")}
+
+
+def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path):
+    # `make bench` resumes any directory holding a run: a failed start must not leave one
+    r = stepspec("bench", "--target", "/nonexistent-model", "--spec", "none", "--limit", "2", "--mode", "both",
+                 "--output-dir", str(tmp_path / "r"), "--no-progress")
+    assert r.returncode == 2 and "unknown model '/nonexistent-model'" in " ".join(r.stderr.split()), r.stderr
+    assert not (tmp_path / "r").exists()

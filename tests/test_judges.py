@@ -132,3 +132,78 @@ def test_registry():
         make_judge("score")
     with pytest.raises(JudgeError, match="has no option"):
         make_judge("exact", threshold=3)
+
+
+# -- likelihood: the target's logprob of each drafted token ------------------------------
+
+def scored_candidate(engine, tokens, draft_logprobs=None):
+    """A drafted step of ``tokens`` (texts) as a strategy hands it to a token-level verifier."""
+    return StepCandidate(Q, (), "".join(tokens), prefix="PREFIX", draft_token_ids=tuple(engine.token_id(t) for t in tokens),
+                         draft_token_logprobs=tuple(draft_logprobs or [-0.1] * len(tokens)), draft_token_texts=tuple(tokens))
+
+
+def likelihood_engine(per_token):
+    """A target whose (logprob, rank, own token) of each drafted token text is ``per_token[text]``."""
+    return ScriptedEngine("target", token_scores=lambda prefix, tokens: [per_token.get(t, (-0.1, 1, None))
+                                                                          for t in tokens])
+
+
+STEP_TOKENS = ["She", " ate", " 16", " -", " 3", " =", " 13", "."]
+
+
+def test_likelihood_cuts_at_the_first_implausible_token_and_keeps_what_precedes_it():
+    from judges.likelihood import LikelihoodJudge
+
+    engine = likelihood_engine({" ate": (-8.6, 7, " eats"), " 13": (-0.7, 2, " 9")})
+    (floor,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=None).judge([scored_candidate(engine, STEP_TOKENS)]))
+    assert not floor.accept and floor.cut.offset == 1 and floor.cut.rule.value == "floor"
+    assert floor.cut.kept_text == "She" and floor.cut.token == " ate" and floor.cut.target_logprob == -8.6
+    assert floor.cut.target_token_id == engine.token_id(" eats") and floor.score == -8.6
+    assert engine.scored == [("PREFIX", STEP_TOKENS)]  # one scoring request, the drafted tokens as they were
+    # one miss tolerated: the next implausible token is the cut
+    (tolerant,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=1, tolerance=1).judge(
+        [scored_candidate(engine, STEP_TOKENS)]))
+    assert tolerant.cut.offset == 6 and tolerant.cut.rule.value == "math_rank" and tolerant.cut.kept_text == "".join(
+        STEP_TOKENS[:6])
+    # wording is loose, numbers strict: " ate" passes a floor of -10, " 13" (rank 2) does not pass math_max_rank 1
+    (typed,) = run(LikelihoodJudge(engine, floor=-10.0, math_max_rank=1).judge([scored_candidate(engine, STEP_TOKENS)]))
+    assert typed.cut.offset == 6 and typed.cut.rule.value == "math_rank"
+    # rank 1 only: the lossless end
+    (exact,) = run(LikelihoodJudge(engine, floor=None, max_rank=1, math_max_rank=None).judge(
+        [scored_candidate(engine, STEP_TOKENS)]))
+    assert exact.cut.offset == 1 and exact.cut.rule.value == "rank"
+    # nothing implausible: accepted whole
+    (whole,) = run(LikelihoodJudge(engine, floor=-10.0, math_max_rank=3).judge([scored_candidate(engine, STEP_TOKENS)]))
+    assert whole.accept and whole.cut is None and whole.score == -8.6
+
+
+def test_likelihood_contrast_rule_reads_the_drafts_own_logprob():
+    from judges.likelihood import LikelihoodJudge
+
+    engine = likelihood_engine({" 13": (-3.0, 2, " 9")})
+    judge = LikelihoodJudge(engine, floor=None, math_max_rank=None, contrast=-2.0)
+    sure = [-0.1] * 6 + [-0.05, -0.1]  # the draft was sure of " 13", the target was not: -3.0 - -0.05 < -2
+    unsure = [-0.1] * 6 + [-2.5, -0.1]  # both unsure: -3.0 - -2.5 = -0.5, plausible
+    v_sure, v_unsure = run(judge.judge([scored_candidate(engine, STEP_TOKENS, sure),
+                                        scored_candidate(engine, STEP_TOKENS, unsure)]))
+    assert v_sure.cut.offset == 6 and v_sure.cut.rule.value == "contrast" and v_sure.cut.draft_logprob == -0.05
+    assert v_unsure.accept
+
+
+def test_likelihood_options_are_checked_with_the_valid_ones_named():
+    from judges.likelihood import LikelihoodJudge
+
+    engine = likelihood_engine({})
+    for bad, message in [(dict(floor=2.0), "floor is a logprob, it must be < 0"),
+                         (dict(max_rank=0), "max_rank must be an integer >= 1"),
+                         (dict(math_max_rank=1.5), "math_max_rank must be an integer >= 1"),
+                         (dict(contrast=1.0), "contrast bounds target minus draft logprob"),
+                         (dict(tolerance=-1), "tolerance counts tokens let through"),
+                         (dict(floor=None, math_max_rank=None), "every rule is off")]:
+        with pytest.raises(JudgeError, match=message):
+            LikelihoodJudge(engine, **bad)
+    with pytest.raises(JudgeError, match="judge 'likelihood' has no option 'flor'. Did you mean 'floor'.*Its options: "
+                                         "floor, max_rank, contrast, math_max_rank, tolerance, top_k"):
+        make_judge("likelihood", engine=engine, flor=-3)
+    with pytest.raises(JudgeError, match="must pass the step's prefix and draft_token_ids"):
+        run(LikelihoodJudge(engine).judge([StepCandidate(Q, (), STEP)]))

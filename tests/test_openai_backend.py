@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,7 +25,13 @@ import pytest
 
 from engine.openai_backend import OpenAIEngine
 from engine.protocol import Engine, EngineError
-from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from engine.types import (
+    ContinuationRequest,
+    FinishReason,
+    GenerationRequest,
+    SamplingSpec,
+    ScoredToken,
+)
 from tests.tiny_models import build_tiny_model
 
 MAX_MODEL_LEN = 1024
@@ -34,6 +41,8 @@ TOKEN_PROMPT_TEXT = "Let me check: 12 / 60 ="
 MAX_TOKENS = 24
 TOP_K = 5
 SERVER_START_TIMEOUT_S = 240.0
+# A continuation the tiny model would not write itself (scored after TOKEN_PROMPT_TEXT).
+SCORED_TEXT = " 0.2 per minute, 0.2 * 50 = 10."
 
 
 def _free_port() -> int:
@@ -96,13 +105,16 @@ def test_read_timeout_names_the_setting():
 
 
 class _Stub(ThreadingHTTPServer):
-    """Canned JSON answers keyed by (method, path); counts the hits."""
+    """Canned JSON answers keyed by (method, path); counts the hits.
+
+    An answer is ``(status, payload)``, or a function of the request body returning one.
+    """
 
     daemon_threads = True
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), _StubHandler)
-        self.routes: dict[tuple[str, str], tuple[int, dict]] = {}
+        self.routes: dict[tuple[str, str], tuple[int, dict] | Callable[[dict], tuple[int, dict]]] = {}
         self.hits: list[tuple[str, str, dict | None]] = []
 
     @property
@@ -115,9 +127,8 @@ class _StubHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.server.hits.append((method, self.path, body))
-        status, payload = self.server.routes.get(
-            (method, self.path), (404, {"detail": "Not Found"})
-        )
+        route = self.server.routes.get((method, self.path), (404, {"detail": "Not Found"}))
+        status, payload = route(body) if callable(route) else route
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -266,6 +277,178 @@ def test_finish_reasons_usage_and_spec_metrics_from_canned_answers(stub):
     assert sent["include_stop_str_in_output"] is False
 
 
+# Scoring continuations against canned answers: prefix [1, 2, 3], continuation [4, 5, 6],
+# top_k=2. The model's view at the continuation's positions (prompt indexes 3, 4, 5):
+#   index 3: token 4 is second (-0.5) after 7 (-0.3)
+#   index 4: token 5 is far down (-4.0, rank 9); the top two are 9 (-0.1) and 7 (-1.0)
+#   index 5: token 6 is the model's own choice (-0.2); then 8 (-2.5)
+SCORED_PREFIX = [1, 2, 3]
+SCORED_CONTINUATION = [4, 5, 6]
+
+
+def _prompt_logprobs_answer(prompt: list[int], cached: int = 0) -> dict:
+    """vLLM's answer to a prompt_logprobs=2 request: per position the prompt token
+    (with its rank) and the top 2, keyed by token id; None at index 0."""
+    at = {
+        3: {"4": {"logprob": -0.5, "rank": 2, "decoded_token": None},
+            "7": {"logprob": -0.3, "rank": 1, "decoded_token": None}},
+        4: {"5": {"logprob": -4.0, "rank": 9, "decoded_token": None},
+            "9": {"logprob": -0.1, "rank": 1, "decoded_token": None},
+            "7": {"logprob": -1.0, "rank": 2, "decoded_token": None}},
+        5: {"6": {"logprob": -0.2, "rank": 1, "decoded_token": None},
+            "8": {"logprob": -2.5, "rank": 2, "decoded_token": None}},
+    }  # fmt: skip
+    other = lambda tok: {str(tok): {"logprob": -1.5, "rank": 1, "decoded_token": None}}
+    positions = [None] + [at.get(t, other(tok)) for t, tok in enumerate(prompt)][1:]
+    return {
+        "choices": [{"index": 0, "text": "x", "finish_reason": "length", "stop_reason": None,
+                     "prompt_logprobs": positions}],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1,
+                  "prompt_tokens_details": {"cached_tokens": cached}},
+    }  # fmt: skip
+
+
+def _echo_answer(prompt: list[int]) -> dict:
+    """A plain server's answer to echo=true, logprobs=2, max_tokens=1: the prompt and the
+    generated token 9, keyed as token_id:N. At index 3 the top list holds the token; at
+    index 4 it holds the token beyond the top 2 (as vLLM does); at index 5 it does not
+    hold it (as servers that return only the top 2 do), although it is the best."""
+    key = lambda t: f"token_id:{t}"
+    tops = {3: {key(7): -0.3, key(4): -0.5}, 4: {key(9): -0.1, key(7): -1.0, key(5): -4.0},
+            5: {key(8): -2.5, key(7): -3.0}}  # fmt: skip
+    token_lps = {3: -0.5, 4: -4.0, 5: -0.2}
+    return {
+        "choices": [{"index": 0, "text": "x", "finish_reason": "length", "logprobs": {
+            "tokens": [key(t) for t in [*prompt, 9]],
+            "token_logprobs": [None] + [token_lps.get(t, -1.5) for t in range(1, len(prompt))] + [-0.1],
+            "top_logprobs": [None] + [tops.get(t, {key(tok): -1.5}) for t, tok in enumerate(prompt)][1:]
+            + [{key(9): -0.1}],
+        }}],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1},
+    }  # fmt: skip
+
+
+def test_score_continuations_prompt_logprobs(stub, caplog):
+    stub.routes[("POST", "/tokenize")] = (200, {"tokens": SCORED_PREFIX})
+
+    def answer(body):
+        assert "echo" not in body and body["max_tokens"] == 1 and body["temperature"] == 0
+        # The first prompt's cache hit reaches the continuation unless the request is salted.
+        stale = body["prompt"] == [1, 2, 3, 4] and "cache_salt" not in body
+        return 200, _prompt_logprobs_answer(body["prompt"], cached=4 if stale else 0)
+
+    stub.routes[("POST", "/v1/completions")] = answer
+    requests = [
+        ContinuationRequest([1, 2, 3], [4], top_k=2),
+        ContinuationRequest("one two three", SCORED_CONTINUATION, top_k=2),
+        ContinuationRequest(SCORED_PREFIX, SCORED_CONTINUATION, top_k=1),
+    ]
+
+    async def go():
+        async with OpenAIEngine(stub.url, "m") as engine:
+            return await engine.score_continuations(requests), engine.stats()
+
+    with caplog.at_level("INFO", logger="engine.openai_backend"):
+        (salted, text, top1), stats = _run(go())
+    assert "scoring continuations with prompt_logprobs" in caplog.text
+    assert text.tokens == (
+        ScoredToken(4, -0.5, 2, ((7, -0.3), (4, -0.5))),
+        ScoredToken(5, -4.0, 9, ((9, -0.1), (7, -1.0))),
+        ScoredToken(6, -0.2, 1, ((6, -0.2), (8, -2.5))),
+    )
+    assert (text.num_prompt_tokens, text.num_cached_prompt_tokens) == (6, 0)
+    assert [t.top for t in top1.tokens] == [((7, -0.3),), ((9, -0.1),), ((6, -0.2),)]
+    assert [t.rank for t in top1.tokens] == [2, 9, 1]
+    # The stale answer was asked again with a fresh cache_salt; its result is the salted one.
+    assert salted.tokens == (ScoredToken(4, -0.5, 2, ((7, -0.3), (4, -0.5))),)
+    assert salted.num_cached_prompt_tokens == 0
+    sent = _completion_hits(stub)
+    assert [b["prompt"] for b in sent].count([1, 2, 3, 4]) == 2 and sum("cache_salt" in b for b in sent) == 1
+    assert all(b["prompt_logprobs"] in (1, 2) for b in sent)
+    assert [b["prompt"] for b in sent if b["prompt"] != [1, 2, 3, 4]] == [[1, 2, 3, 4, 5, 6]] * 2
+    assert (stats.num_requests, stats.num_prompt_tokens, stats.num_output_tokens) == (3, 16, 3)
+
+    # A cache hit that a fresh salt does not avoid is an error naming the fix.
+    stub.routes[("POST", "/v1/completions")] = lambda body: (200, _prompt_logprobs_answer(body["prompt"], 6))
+
+    async def go_stale():
+        async with OpenAIEngine(stub.url, "m") as engine:
+            await engine.score_continuations([requests[2]])
+
+    with pytest.raises(EngineError, match=r"read 6 of 6 prompt tokens.*--no-enable-prefix-caching"):
+        _run(go_stale())
+
+
+@pytest.mark.parametrize("refusal", ["refused", "ignored"])
+def test_score_continuations_echo_fallback(stub, caplog, refusal):
+    def answer(body):
+        if "prompt_logprobs" in body:
+            if refusal == "refused":
+                return 400, {"error": {"message": "Unrecognized request argument supplied: prompt_logprobs"}}
+            return 200, {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
+        assert body["echo"] is True and body["logprobs"] == 2 and body["max_tokens"] == 1
+        assert body["return_tokens_as_token_ids"] is True
+        return 200, _echo_answer(body["prompt"])
+
+    stub.routes[("POST", "/v1/completions")] = answer
+    request = ContinuationRequest(SCORED_PREFIX, SCORED_CONTINUATION, top_k=2)
+
+    async def go():
+        async with OpenAIEngine(stub.url, "m") as engine:
+            first = await engine.score_continuations([request])
+            stub.hits.clear()
+            return first, await engine.score_continuations([request, request])
+
+    with caplog.at_level("INFO", logger="engine.openai_backend"):
+        [first], again = _run(go())
+    assert "scoring continuations with echo" in caplog.text
+    assert ("HTTP 400" if refusal == "refused" else "without prompt_logprobs") in caplog.text
+    assert first.tokens == (
+        ScoredToken(4, -0.5, 2, ((7, -0.3), (4, -0.5))),
+        ScoredToken(5, -4.0, 3, ((9, -0.1), (7, -1.0))),  # beyond the top 2: rank top_k + 1
+        ScoredToken(6, -0.2, 3, ((8, -2.5), (7, -3.0))),  # missing from the top list: top_k + 1
+    )
+    assert (first.num_prompt_tokens, first.num_cached_prompt_tokens) == (6, None)
+    assert again == [first, first]
+    # The engine remembers the mode: no more prompt_logprobs probes.
+    assert len(_completion_hits(stub)) == 2 and all(b["echo"] for b in _completion_hits(stub))
+
+
+def test_score_continuations_errors(stub):
+    def answer(body):
+        if "prompt_logprobs" in body:
+            return 400, {"error": {"message": "unknown field prompt_logprobs"}}
+        return 200, {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
+
+    stub.routes[("POST", "/v1/completions")] = answer
+
+    async def score(*requests):
+        async with OpenAIEngine(stub.url, "m") as engine:
+            return await engine.score_continuations(requests)
+
+    with pytest.raises(EngineError) as e:
+        _run(score(ContinuationRequest(SCORED_PREFIX, SCORED_CONTINUATION, top_k=2)))
+    msg = str(e.value)
+    assert "cannot score continuations" in msg and "unknown field prompt_logprobs" in msg
+    assert "echo + logprobs" in msg and "without logprobs" in msg and "Serve the model with vLLM" in msg
+
+    # Too long for the served max_model_len (64): refused before anything is sent.
+    stub.hits.clear()
+    with pytest.raises(EngineError, match=r"64 tokens \(60 \+ 4\) but max_model_len is 64.*--max-model-len"):
+        _run(score(ContinuationRequest([1] * 10, [2]), ContinuationRequest([1] * 60, [2] * 4)))
+    assert _completion_hits(stub) == []
+    with pytest.raises(EngineError, match="empty prefix"):
+        _run(score(ContinuationRequest([], [2])))
+
+    # Any other refusal of prompt_logprobs is the server's error, not a reason to switch.
+    stub.routes[("POST", "/v1/completions")] = (
+        400, {"error": {"message": "Requested prompt logprobs of 30, which is greater than max allowed: 20"}},
+    )  # fmt: skip
+    with pytest.raises(EngineError, match=r"HTTP 400: the server refused the request: Requested prompt logprobs"):
+        _run(score(ContinuationRequest(SCORED_PREFIX, [4], top_k=30)))
+    assert all("prompt_logprobs" in b for b in _completion_hits(stub))
+
+
 # -- real vLLM server ----------------------------------------------------------------
 
 
@@ -328,7 +511,20 @@ async def _reference_outputs(model_path: Path, token_prompt: list[int]) -> dict:
             ]
         )
         [next_token] = await engine.next_token_logprobs([PROMPT], top_k=TOP_K)
-    return {"greedy": greedy, "logprobs": logprobs, "tokens": tokens, "next_token": next_token}
+        scoring = _scoring_requests(greedy.completion.token_ids, token_prompt, engine.encode(SCORED_TEXT))
+        scores = await engine.score_continuations(scoring)
+    return {"greedy": greedy, "logprobs": logprobs, "tokens": tokens, "next_token": next_token,
+            "scoring": scoring, "scores": scores}  # fmt: skip
+
+
+def _scoring_requests(greedy_ids, token_prompt: list[int], other_ids: list[int]) -> list[ContinuationRequest]:
+    """The model's own greedy tokens after PROMPT (all rank 1), and a continuation it
+    would not write, after a token prefix and after a text prefix."""
+    return [
+        ContinuationRequest(PROMPT, greedy_ids[:6], top_k=TOP_K),
+        ContinuationRequest(token_prompt, other_ids, top_k=TOP_K),
+        ContinuationRequest(PROMPT + " altogether", other_ids, top_k=1),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -420,6 +616,43 @@ def test_matches_in_process_backend(served):
     assert stats.num_prompt_tokens == 3 * greedy.num_prompt_tokens + len(ref["token_prompt"])
     assert stats.generate_seconds > 0
     assert info.backend == "openai" and info.max_model_len == MAX_MODEL_LEN
+
+
+@pytest.mark.server
+def test_score_continuations_match_in_process_backend(served):
+    base_url, _, ref, _ = served
+    requests, want = ref["scoring"], ref["scores"]
+
+    async def go():
+        async with OpenAIEngine(base_url, SERVED_NAME) as engine:
+            got = await engine.score_continuations(requests)
+            mode, stats = engine._scoring_mode, engine.stats()
+        # The echo path against the same server (as used where prompt_logprobs is unknown).
+        async with OpenAIEngine(base_url, SERVED_NAME) as echo:
+            echo._scoring_mode = "echo"
+            echoed = await echo.score_continuations(requests)
+        return got, mode, stats, echoed
+
+    got, mode, stats, echoed = _run(go())
+    assert mode == "prompt_logprobs"
+    assert [t.rank for t in want[0].tokens] == [1] * 6  # the model's own greedy tokens
+    assert any(t.rank > 1 for t in want[1].tokens)
+    for request, g, e, w in zip(requests, got, echoed, want):
+        assert g.num_prompt_tokens == e.num_prompt_tokens == w.num_prompt_tokens
+        # This server does not report cached tokens (no --enable-prompt-tokens-details).
+        assert g.num_cached_prompt_tokens is None
+        assert [t.token_id for t in g.tokens] == [t.token_id for t in w.tokens] == list(request.continuation)
+        for gt, et, wt in zip(g.tokens, e.tokens, w.tokens):
+            assert gt.logprob == pytest.approx(wt.logprob, abs=1e-4)
+            assert et.logprob == pytest.approx(wt.logprob, abs=1e-4)
+            assert gt.rank == wt.rank
+            assert et.rank == min(wt.rank, request.top_k + 1)  # echo: ranks beyond top_k unknown
+            assert len(gt.top) == len(et.top) == request.top_k
+            for top in (gt.top, et.top):
+                assert [tid for tid, _ in top] == [tid for tid, _ in wt.top]
+                assert [lp for _, lp in top] == pytest.approx([lp for _, lp in wt.top], abs=1e-4)
+    assert (stats.num_requests, stats.num_output_tokens) == (3, 3)
+    assert stats.num_prompt_tokens == sum(w.num_prompt_tokens for w in want)
 
 
 @pytest.mark.server

@@ -202,3 +202,99 @@ def test_lookahead_and_spec_thinking_invariants_on_real_vllm(tiny_pair, baseline
     never = runner.run(spec_thinking(Q, draft=draft, target=target, cues=(), **opts))
     always = runner.run(spec_thinking(Q, draft=draft, target=target, cues=("",), takeover_tokens=1, **opts))
     assert never.text == d_only.text and always.text == t_only.text
+
+
+@pytest.mark.vllm
+def test_likelihood_verifier_ends_are_target_only_and_draft_only_on_real_vllm(tiny_pair, baselines, runner):
+    """The likelihood judge's knob, both ends: rank limit 1 (only the target's greedy
+    token is plausible) writes exactly target-only's text, keeping the drafted tokens
+    the target agrees with; a floor nothing falls under keeps the draft's text."""
+    from judges.likelihood import LikelihoodJudge
+    from orchestrator.lookahead import lookahead
+
+    (draft, target), (t_only, d_only) = tiny_pair, baselines
+    opts = dict(rules=RULES, budget=BUDGET)
+    exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
+    loose = LikelihoodJudge(target, floor=-1e6, math_max_rank=None)
+    for strategy in (specreason, lookahead):
+        lossless = runner.run(strategy(Q, draft=draft, target=target, judge=exact, **opts))
+        assert lossless.text == t_only.text
+        cuts = [s for s in lossless.steps if s.cut is not None]
+        assert cuts and all(c.cut["rank"] > 1 and c.cut["rule"] == "rank" for c in cuts)
+        assert all(s.num_kept_tokens == s.cut["offset"] and s.author == "target" for s in cuts)
+        assert lossless.num_tokens == lossless.num_kept_draft_tokens + lossless.num_target_tokens
+        everything = runner.run(strategy(Q, draft=draft, target=target, judge=loose, **opts))
+        assert everything.text == d_only.text and all(s.author == "draft" for s in everything.steps)
+
+
+def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writes_the_rest():
+    from judges.likelihood import LikelihoodJudge
+
+    draft = script("16 - 3 = 13 eggs.\n\n", "13 - 4 = 8 eggs.\n\n", "So she makes \\boxed{16}.")
+
+    def target_writes(prompt: str) -> str:  # the target's own step after what is kept
+        if prompt.endswith("13 - 4 ="):
+            return " 9 eggs.\n\n"
+        return "9 * 2 = 18, so \\boxed{18}." if prompt.endswith("\n\n") and "9 eggs" in prompt else "?\n\n"
+
+    # the target finds " 8" implausible (it would write " 9"), everything else plausible
+    target = ScriptedEngine("target", continuation=target_writes, token_scores=lambda prefix, tokens: [
+        (-9.0, 4, " 9") if t == " 8" or t == "So" else (-0.2, 1, None) for t in tokens])
+    trace = run(specreason(Q, draft=draft, target=target, judge=LikelihoodJudge(target)))
+    first, cut, last = trace.steps
+    assert first.author == "draft" and first.accepted and first.cut is None
+    assert cut.author == "target" and cut.text == "13 - 4 = 9 eggs." and cut.draft_text == "13 - 4 = 8 eggs."
+    # kept: "13", " -", " 4", " ="; the target wrote " 9", " eggs."
+    assert cut.num_kept_tokens == 4 == cut.cut["offset"] and cut.cut["token"] == " 8" and cut.cut["rule"] == "floor"
+    assert cut.cut["target_logprob"] == -9.0 and cut.num_target_tokens == 2
+    assert cut.num_tokens == 6 and trace.num_kept_draft_tokens == 6 + 4 and trace.num_cut_steps == 2
+    assert last.cut["offset"] == 0 and last.text == "9 * 2 = 18, so \\boxed{18}." and trace.answer == "18"
+    # the judge scored each drafted step once, after the exact prefix the target continues
+    assert [tokens for _, tokens in target.scored][1] == ["13", " -", " 4", " =", " 8", " eggs."]
+    assert all(prefix.endswith(("<|assistant|>", "\n\n")) for prefix, _ in target.scored)
+
+
+def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheaper_under_load():
+    from orchestrator.goodput import GoodputGovernor, StepMode
+
+    g = GoodputGovernor(min_samples=2, explore_every=5)
+    g.enter()
+    assert all(g.decide() is StepMode.DRAFT for _ in range(10))  # alone: always draft
+    for _ in range(7):
+        g.enter()  # 8 in flight: bucket 8
+    assert g.bucket(g.in_flight) == 8
+    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2  # explore: drafting first
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    assert g.decide() is StepMode.TARGET  # then the target, until it has its samples
+    g.observe(StepMode.TARGET, 8, 10, 1.0)
+    g.observe(StepMode.TARGET, 8, 10, 1.0)
+    decisions = [g.decide() for _ in range(10)]
+    assert decisions.count(StepMode.TARGET) == 8 and decisions.count(StepMode.DRAFT) == 2  # every 5th explores
+    for _ in range(7):
+        g.exit()
+    assert g.decide() is StepMode.DRAFT  # the load fell: draft again
+
+
+def test_specreason_backs_off_under_load_and_records_it():
+    """Many problems in flight, target steps measured cheaper per token: the target writes."""
+    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.reasoner import Reasoner
+
+    draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
+    draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
+    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), max_concurrency=8)
+    assert isinstance(reasoner.governor, GoodputGovernor)
+    for b in (4, 8):  # measured earlier at this load: drafting costs 10x more per token
+        for _ in range(3):
+            reasoner.governor.observe(StepMode.DRAFT, b, 10, 10.0)
+            reasoner.governor.observe(StepMode.TARGET, b, 10, 1.0)
+    solutions = reasoner.solve_many([Q] * 8)
+    steps = [s for sol in solutions for s in sol.trace.steps]
+    backed_off = [s for s in steps if s.backoff]
+    assert backed_off and all(s.author == "target" and s.draft_text is None for s in backed_off)
+    assert sum(sol.stats["num_backoff_steps"] for sol in solutions) == len(backed_off)
+    # alone, the same reasoner drafts every step
+    alone = reasoner.solve(Q)
+    assert alone.stats["num_backoff_steps"] == 0 and all(s.author == "draft" for s in alone.trace.steps)
+    reasoner.close()

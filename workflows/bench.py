@@ -1,30 +1,51 @@
 """``stepspec bench``: strategies side by side on the same problems, measured, not computed.
 
-One run starts one pair of engines and gives every strategy the same problems,
-prompts, budgets and seed. Problems are interleaved: for each problem every
-strategy solves it in turn, the order rotating from problem to problem, so
-drift of a shared machine hits all strategies alike. Both engines' prefix
-caches are reset before every solve, so no strategy rides on another's cached
-prompt. Wall clock is measured around each solve on this hardware.
+One run starts one pair of engines and gives every *arm* the same problems,
+prompts, budgets and seed. An arm is a strategy under a label: a label that is
+a strategy name is that strategy; any other label names its strategy in its
+options (``strategy_options[label]["strategy"]``), so one strategy can run
+several times with different options (``sr-score``: specreason with the score
+judge, ``sr-lik``: specreason with the likelihood judge).
+
+Two modes, measured separately:
+
+* ``latency``: one problem at a time. Problems are interleaved: for each
+  problem every arm solves it in turn, the order rotating from problem to
+  problem, so drift of a shared machine hits all arms alike. Both engines'
+  prefix caches are reset before every solve. Wall clock is measured around
+  each solve. ``latency_limit`` keeps the first N problems, ``latency_strategies``
+  the arms that run in this mode.
+* ``throughput``: for each arm in turn, both prefix caches are reset and all
+  the problems are solved concurrently by one reasoner (its goodput governor
+  sees the load); the arm's wall time, from the first request to the last
+  answer, is the measurement. An arm is resumed as a unit: one cut short runs
+  again from scratch.
 
 A run directory holds (lm-evaluation-harness style)::
 
-    results_<timestamp>.json              config, versions, git hash, metrics with standard errors
-    samples_<dataset>_<strategy>.jsonl    one line per problem, appended and flushed as it finishes
-    report.md, *.png                      table and plots (`stepspec bench report RUN_DIR` rebuilds them)
+    results_<timestamp>.json                      config, versions, git hash, metrics with standard
+                                                  errors, throughput arms' wall times
+    samples_<dataset>_<label>.jsonl               latency: one line per problem, appended and flushed
+                                                  as it finishes
+    samples_<dataset>_<label>_throughput.jsonl    throughput: the same, in the order problems finish
+    report.md, *.png                              tables and plots (`stepspec bench report RUN_DIR`
+                                                  rebuilds them)
 
-``resume=True`` continues a run from its samples files: every (problem,
-strategy) already there is skipped. Ctrl-C leaves the files valid and the run
+``resume=True`` continues a run from its samples files: every (problem, arm)
+of latency mode already there is skipped, every throughput arm with all its
+problems saved is skipped. Ctrl-C leaves the files valid and the run
 resumable; the results file then says ``"status": "interrupted"``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 import os
 import platform
+import re
 import resource
 import subprocess
 import time
@@ -40,15 +61,18 @@ from engine.protocol import Engine
 from orchestrator.reasoner import Reasoner, _NotLoaded, build_engines
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
-from orchestrator.strategies import get_strategy
+from orchestrator.strategies import STRATEGIES, get_strategy
 from orchestrator.trace import Trace
 from workflows.datasets import Problem, load_dataset, select
 from workflows.graders import Grader, get_grader
-from workflows.report import summarize, write_report
+from workflows.report import summarize_run, write_report
 
 logger = logging.getLogger(__name__)
 
 BASELINE = "target-only"
+Mode = Literal["latency", "throughput"]
+# An arm's label names its samples files: letters, digits and - _ . +
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class BenchSpec(BaseModel):
@@ -67,9 +91,15 @@ class BenchSpec(BaseModel):
     limit: int | None = Field(None, ge=1)
     sample: int | None = Field(None, ge=1)
     seed: int = 0
+    # Arms: strategy names, or labels whose strategy is strategy_options[label]["strategy"].
     strategies: tuple[str, ...] = ("target-only", "specreason", "lookahead")
-    # Per strategy: Reasoner keywords (judge, judge_options, gamma, first_target_steps, ...).
+    # Per arm: Reasoner keywords (judge, judge_options, gamma, first_target_steps, ...) and,
+    # for a label that is not a strategy name, "strategy".
     strategy_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Run in this order; "latency" alone is one problem at a time (the classic bench).
+    modes: tuple[Mode, ...] = ("latency",)
+    latency_limit: int | None = Field(None, ge=1)  # latency: the first N of the selected problems
+    latency_strategies: tuple[str, ...] | None = None  # latency: these arms (default: all)
     target: str = BUNDLED_TARGET
     draft: str = BUNDLED_DRAFT
     target_spec: str = "draft"
@@ -82,22 +112,89 @@ class BenchSpec(BaseModel):
     delimiter: str = "\n\n"
     kv_cache_gib: float = Field(1.0, gt=0)
     max_model_len: int = Field(4096, ge=256)
+    # Sequences each engine batches; raised to the number of problems for a throughput run.
+    max_num_seqs: int = Field(32, ge=1)
 
     def budget(self) -> Budget:
         return Budget(max_steps=self.max_steps, max_tokens=self.max_tokens, max_step_tokens=self.max_step_tokens,
                       max_seconds=self.timeout)
 
-    def reasoners(self, target: Engine, draft: Engine | None) -> dict[str, Reasoner]:
-        """One reasoner per strategy over the shared engines (errors in options surface here)."""
+    def strategy_of(self, label: str) -> str:
+        """The strategy an arm runs (a label that is a strategy name is that strategy)."""
+        return self.strategy_options.get(label, {}).get("strategy", label)
+
+    def latency_arms(self) -> tuple[str, ...]:
+        if "latency" not in self.modes:
+            return ()
+        return self.strategies if self.latency_strategies is None else self.latency_strategies
+
+    def throughput_arms(self) -> tuple[str, ...]:
+        return self.strategies if "throughput" in self.modes else ()
+
+    def check(self) -> None:
+        """Arms and modes: anything wrong is one clear error, before any model loads."""
+        names = ", ".join(STRATEGIES)
+        if not self.strategies:
+            raise ValueError("no strategies to bench; give --strategies")
+        for label in self.strategies:
+            options = self.strategy_options.get(label, {})
+            if "strategy" in options:
+                strategy = options["strategy"]
+                if not isinstance(strategy, str):
+                    raise ValueError(f"arm '{label}': its strategy must be a strategy name, got {strategy!r}")
+                get_strategy(strategy)  # unknown: the error names the close ones
+                if label in STRATEGIES and strategy != label:
+                    raise ValueError(f"'{label}' is the name of a strategy; label the arm running '{strategy}' "
+                                     "otherwise (e.g. --opt my-arm.strategy=...)")
+            elif label not in STRATEGIES:
+                close = difflib.get_close_matches(label, list(STRATEGIES), n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise ValueError(f"unknown strategy '{label}'.{hint} Strategies: {names}. To bench an arm under "
+                                 f"this label, give its strategy: --opt {label}.strategy=NAME")
+            if not LABEL.fullmatch(label) or label.endswith("_throughput"):
+                raise ValueError(f"arm label '{label}' names files: use letters, digits and - _ . + (not ending "
+                                 "in _throughput)")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ValueError(f"a strategy is listed twice: {','.join(self.strategies)}")
         unknown = set(self.strategy_options) - set(self.strategies)
         if unknown:
             raise ValueError(f"options given for strategies not in the run: {', '.join(sorted(unknown))}")
-        if len(set(self.strategies)) != len(self.strategies):
-            raise ValueError(f"a strategy is listed twice: {','.join(self.strategies)}")
+        if not self.modes or len(set(self.modes)) != len(self.modes):
+            raise ValueError(f"modes must be latency, throughput or both, each once; got {self.modes}")
+        if "latency" not in self.modes and (self.latency_limit is not None or self.latency_strategies is not None):
+            raise ValueError("--latency-limit and --latency-strategies apply to latency mode, which is not in this "
+                             "run (--mode latency or both)")
+        if self.latency_strategies is not None:
+            missing = [s for s in self.latency_strategies if s not in self.strategies]
+            if missing:
+                raise ValueError(f"--latency-strategies: {', '.join(missing)} not in --strategies "
+                                 f"({','.join(self.strategies)})")
+            if not self.latency_strategies or len(set(self.latency_strategies)) != len(self.latency_strategies):
+                raise ValueError(f"--latency-strategies must name arms, each once; got "
+                                 f"{','.join(self.latency_strategies)!r}")
+
+    def reasoners(self, target: Engine, draft: Engine | None, arms: tuple[str, ...] | None = None,
+                  max_concurrency: int = 8) -> dict[str, Reasoner]:
+        """One reasoner per arm over the shared engines (errors in options surface here)."""
+        self.check()
         rules = StepRules(delimiter=self.delimiter)
-        return {s: Reasoner(target, draft, strategy=s, rules=rules, budget=self.budget(),
-                            **self.strategy_options.get(s, {}))
-                for s in self.strategies}
+        out = {}
+        for label in self.strategies if arms is None else arms:
+            options = dict(self.strategy_options.get(label, {}))
+            strategy = options.pop("strategy", label)
+            try:
+                out[label] = Reasoner(target, draft, strategy=strategy, rules=rules, budget=self.budget(),
+                                      max_concurrency=max_concurrency, **options)
+            except ValueError as e:
+                if label == strategy:
+                    raise
+                message = f"arm '{label}' ({strategy}): {e}"
+                try:
+                    named = type(e)(message)  # the same kind of error (JudgeError, StrategyError, ...)
+                except Exception:
+                    named = ValueError(message)
+                raise named from e
+        return out
 
 
 @dataclass(frozen=True)
@@ -107,17 +204,24 @@ class RunFiles:
     directory: Path
     results: Path
 
-    def samples(self, dataset: str, strategy: str) -> Path:
-        return self.directory / f"samples_{dataset}_{strategy}.jsonl"
+    def samples(self, dataset: str, arm: str, mode: str = "latency") -> Path:
+        suffix = "" if mode == "latency" else f"_{mode}"
+        return self.directory / f"samples_{dataset}_{arm}{suffix}.jsonl"
 
 
 class BenchProgress(Protocol):
-    """What a run tells whoever shows its progress (the CLI's live bar)."""
+    """What a run tells whoever shows its progress (the CLI's live bar). ``start`` comes
+    once per mode, with the keys (``progress_key``) of that mode's arms."""
 
     def start(self, strategies: tuple[str, ...], num_problems: int, done: dict[str, list[dict]],
               metric: str) -> None: ...
 
     def sample(self, record: dict[str, Any]) -> None: ...
+
+
+def progress_key(arm: str, mode: str = "latency") -> str:
+    """How a progress listener tells an arm's modes apart: the label, "label [throughput]"."""
+    return arm if mode == "latency" else f"{arm} [{mode}]"
 
 
 class BenchError(ValueError):
@@ -222,15 +326,25 @@ def overhead(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
             "solve_share": (solve - model) / solve if solve else None}
 
 
-def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader) -> dict[str, Any]:
-    """One problem solved by one strategy, as its samples line holds it."""
+def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> dict[str, Any]:
+    """What an arm runs: its strategy, judge (or router) and the options given."""
+    options = {k: v for k, v in spec.strategy_options.get(label, {}).items() if k != "strategy"}
+    judge = reasoner.judge
+    return {"strategy": spec.strategy_of(label), "judge": None if judge is None else judge.name,
+            "router": None if reasoner.router is None else reasoner.router.name, "options": options}
+
+
+def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
+                  mode: str = "latency") -> dict[str, Any]:
+    """One problem solved by one arm (``strategy``: its label), as its samples line holds it."""
     response = trace.text
     grades = grader.grade(response, problem.reference)
     primary = grader.metrics[0]
     return {
         "doc_id": problem.index,
         "strategy": strategy,
-        "position": position,  # order among the strategies on this problem
+        "mode": mode,
+        "position": position,  # latency: order among the arms on this problem; throughput: the arm's turn
         "question": problem.question,
         "reference": problem.reference,
         "gold": grader.gold(problem.reference),
@@ -272,59 +386,196 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         saved = {}
 
     # Everything that can be wrong with the spec fails here, before a model loads.
+    spec.check()
     dataset = load_dataset(spec.dataset, spec.data_dir, source=spec.source, question_field=spec.question_field,
                            answer_field=spec.answer_field, grader=spec.grader, skip_bad_lines=spec.skip_bad_lines)
     problems = select(dataset.problems, offset=spec.offset, limit=spec.limit, sample=spec.sample, seed=spec.seed)
     grader = get_grader(dataset.grader)
     for p in problems:
         grader.gold(p.reference)  # a reference the grader cannot read fails now, not mid-run
-    needs_draft = any(get_strategy(s).needs_draft for s in spec.strategies)
-    spec.reasoners(_NotLoaded("target"), _NotLoaded("draft") if needs_draft else None)
+    needs_draft = any(get_strategy(spec.strategy_of(s)).needs_draft for s in spec.strategies)
+    checked = spec.reasoners(_NotLoaded("target"), _NotLoaded("draft") if needs_draft else None)
+    latency_arms, throughput_arms = spec.latency_arms(), spec.throughput_arms()
+    latency_problems = problems[:spec.latency_limit] if spec.latency_limit else problems
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    done: dict[str, dict[int, dict]] = {s: {r["doc_id"]: r for r in read_samples(files.samples(dataset.name, s),
+    def samples_file(arm: str, mode: str) -> Path:
+        return files.samples(dataset.name, arm, mode)
+
+    done: dict[str, dict[int, dict]] = {s: {r["doc_id"]: r for r in read_samples(samples_file(s, "latency"),
                                                                                  repair=True)}
-                                        for s in spec.strategies}
+                                        for s in latency_arms}
+    done_tp: dict[str, dict[int, dict]] = {s: {r["doc_id"]: r for r in read_samples(samples_file(s, "throughput"),
+                                                                                    repair=True)}
+                                           for s in throughput_arms}
     run_info: dict[str, Any] = saved.get("run") or {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "sessions": []}
     run_info.update(dataset_source=dataset.source, grader=grader.name, metrics=list(grader.metrics),
                     problem_ids=[p.index for p in problems], skipped_lines=[list(s) for s in dataset.skipped],
-                    samples={s: files.samples(dataset.name, s).name for s in spec.strategies})
-    # Time accounting of this session: the problem loop's wall time, and within it the
-    # solves, their model calls and the prefix-cache resets (engine calls too).
+                    samples={s: samples_file(s, "latency").name for s in latency_arms},
+                    modes=list(spec.modes), latency_problem_ids=[p.index for p in latency_problems],
+                    throughput_samples={s: samples_file(s, "throughput").name for s in throughput_arms},
+                    arms={s: arm_info(spec, s, checked[s]) for s in spec.strategies})
+    # Per throughput arm: its wall time over all the problems, and whether it finished.
+    throughput_runs: dict[str, dict[str, Any]] = run_info.setdefault("throughput", {})
+    # Time accounting of this session: the latency loop's wall time, and within it the
+    # solves, their model calls and the prefix-cache resets (engine calls too); the
+    # throughput arms' wall time.
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "startup_seconds": None,
                "seconds": None, "num_solved": 0, "loop_seconds": 0.0, "solve_seconds": 0.0, "model_seconds": 0.0,
-               "reset_seconds": 0.0, "versions": versions(), "git_hash": git_hash(), "hardware": hardware()}
+               "reset_seconds": 0.0, "throughput_seconds": 0.0, "versions": versions(), "git_hash": git_hash(),
+               "hardware": hardware()}
     run_info["sessions"].append(session)
 
+    def complete_arm(arm: str) -> bool:
+        return (throughput_runs.get(arm, {}).get("status") == "complete"
+                and all(p.index in done_tp[arm] for p in problems))
+
     def save(status: str) -> dict[str, Any]:
-        records = {s: [done[s][p.index] for p in problems if p.index in done[s]] for s in spec.strategies}
-        results = {"config": spec.model_dump(mode="json"), "status": status,
-                   "baseline": BASELINE if BASELINE in spec.strategies else None,
-                   "results": summarize(records, grader.metrics, baseline=BASELINE),
-                   "overhead": overhead(run_info["sessions"]), "run": run_info, "versions": session["versions"], "git_hash": session["git_hash"]}
+        results: dict[str, Any] = {"config": spec.model_dump(mode="json"), "status": status,
+                                   "baseline": BASELINE if BASELINE in spec.strategies else None}
+        latency = {s: [done[s][p.index] for p in latency_problems if p.index in done[s]] for s in latency_arms}
+        throughput = {s: [done_tp[s][p.index] for p in problems if p.index in done_tp[s]] for s in throughput_arms}
+        results["results"], results["results_throughput"] = summarize_run({**results, "run": run_info},
+                                                                          latency, throughput)
+        results.update(overhead=overhead(run_info["sessions"]), run=run_info, versions=session["versions"],
+                       git_hash=session["git_hash"])
         tmp = files.results.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(results, indent=2))
         tmp.replace(files.results)  # never a half-written results file
         return results
 
-    save("running")
-    todo = [(p, s) for p in problems for s in spec.strategies if p.index not in done[s]]
-    if not todo:
+    latency_todo = [(p, s) for p in latency_problems for s in latency_arms if p.index not in done[s]]
+    throughput_todo = [s for s in throughput_arms if not complete_arm(s)]
+    if not latency_todo and not throughput_todo:
+        run_dir.mkdir(parents=True, exist_ok=True)
         results = save("complete")
         write_report(run_dir)
         return results
 
+    # Throughput mode serves every problem at once: each engine must batch that many sequences.
+    max_num_seqs = max(spec.max_num_seqs, len(problems)) if throughput_todo else spec.max_num_seqs
+    if max_num_seqs != spec.max_num_seqs:
+        logger.info("throughput mode: max_num_seqs raised from %d to %d (the number of problems)",
+                    spec.max_num_seqs, max_num_seqs)
+    session["max_num_seqs"] = max_num_seqs
     if engines is None:
         target, draft = build_engines(spec.target, spec.draft, target_spec=spec.target_spec,
                                       draft_spec=spec.draft_spec, num_speculative_tokens=spec.num_speculative_tokens,
                                       kv_cache_gib=spec.kv_cache_gib, max_model_len=spec.max_model_len,
-                                      draft_engine=needs_draft)
+                                      max_num_seqs=max_num_seqs, draft_engine=needs_draft)
         owned = [e for e in (target, draft) if e is not None]
     else:
         (target, draft), owned = engines, []
-    reasoners = spec.reasoners(target, draft)
-    session["routers"] = {s: router_info(r.router) for s, r in reasoners.items() if r.router is not None}
+    # The engines are built (models resolved, not loaded yet): from here on the run has files.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save("running")
+    # Latency arms with work left; a throughput arm gets its own reasoner (and goodput
+    # governor), built fresh when its turn comes.
+    latency_reasoners = spec.reasoners(target, draft, tuple(s for s in latency_arms
+                                                             if any(s == a for _, a in latency_todo)))
+    session["routers"] = {s: router_info(r.router) for s, r in checked.items() if r.router is not None}
+
+    async def reset_caches() -> None:
+        t_reset = time.perf_counter()
+        for engine in (target, draft):
+            if engine is not None and hasattr(engine, "reset_prefix_cache"):
+                await engine.reset_prefix_cache()
+        session["reset_seconds"] += time.perf_counter() - t_reset
+
+    def append(record: dict[str, Any], mode: str) -> None:
+        with samples_file(record["strategy"], mode).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+    async def run_latency() -> None:
+        """Every latency problem, every latency arm in a rotating order, caches reset before each solve."""
+        if progress is not None:
+            progress.start(latency_arms, len(latency_problems),
+                           {s: [done[s][p.index] for p in latency_problems if p.index in done[s]]
+                            for s in latency_arms}, grader.metrics[0])
+        t_loop = time.perf_counter()
+        loop_before = session["loop_seconds"]
+        for n, problem in enumerate(latency_problems):
+            k = n % len(latency_arms)
+            order = latency_arms[k:] + latency_arms[:k]
+            for position, arm in enumerate(order):
+                if problem.index in done[arm]:
+                    continue
+                await reset_caches()
+                try:
+                    trace = (await latency_reasoners[arm].asolve(problem.question)).trace
+                except ReasoningError as e:  # an engine failed mid-trace: the partial trace is the sample
+                    trace = e.trace
+                record = sample_record(problem, arm, position, trace, grader, mode="latency")
+                append(record, "latency")
+                done[arm][problem.index] = record
+                session["num_solved"] += 1
+                session["solve_seconds"] += trace.seconds
+                session["model_seconds"] += trace.model_seconds
+                session["loop_seconds"] = loop_before + time.perf_counter() - t_loop
+                save("running")  # the results file is current after every problem
+                if progress is not None:
+                    progress.sample(record)
+
+    async def run_throughput_arm(arm: str, position: int) -> None:
+        """All problems at once on one reasoner; the arm's wall time is the measurement."""
+        path = samples_file(arm, "throughput")
+        if done_tp[arm] or arm in throughput_runs:
+            logger.warning("throughput arm %s is incomplete (%d of %d problems saved, status %s): discarding its "
+                           "samples and running it again as a whole", arm, len(done_tp[arm]), len(problems),
+                           throughput_runs.get(arm, {}).get("status", "none"))
+        path.write_text("", encoding="utf-8")
+        done_tp[arm].clear()
+        reasoner = spec.reasoners(target, draft, (arm,), max_concurrency=max(1, len(problems)))[arm]
+        await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
+        entry: dict[str, Any] = {"status": "running", "num_problems": len(problems), "num_solved": 0,
+                                 "wall_seconds": None, "max_concurrency": len(problems),
+                                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        throughput_runs[arm] = entry
+        save("running")
+        await reset_caches()
+
+        async def one(problem: Problem) -> None:
+            try:
+                trace = (await reasoner.asolve(problem.question)).trace
+            except ReasoningError as e:
+                trace = e.trace
+            record = sample_record(problem, arm, position, trace, grader, mode="throughput")
+            append(record, "throughput")
+            done_tp[arm][problem.index] = record
+            entry["num_solved"] += 1
+            session["num_solved"] += 1
+            save("running")
+            if progress is not None:
+                progress.sample(record)
+
+        t0 = time.perf_counter()
+        tasks = [asyncio.ensure_future(one(p)) for p in problems]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException as e:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            entry["status"] = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
+            raise
+        finally:
+            entry["wall_seconds"] = time.perf_counter() - t0
+            session["throughput_seconds"] += entry["wall_seconds"]
+        entry["status"] = "complete"
+        save("running")
+
+    async def run_throughput() -> None:
+        if progress is not None:
+            progress.start(tuple(progress_key(s, "throughput") for s in throughput_arms), len(problems),
+                           {progress_key(s, "throughput"): list(done_tp[s].values()) if complete_arm(s) else []
+                            for s in throughput_arms}, grader.metrics[0])
+        for position, arm in enumerate(throughput_arms):
+            if complete_arm(arm):
+                logger.info("throughput arm %s: complete, skipped", arm)
+                continue
+            await run_throughput_arm(arm, position)
+
     t_run = time.perf_counter()
     try:
         t0 = time.perf_counter()
@@ -333,42 +584,13 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 await engine.start()
         session["startup_seconds"] = time.perf_counter() - t0
         # First-call costs (compilation, the embedder's load) off the clock: one small solve each.
-        for reasoner in reasoners.values():
+        for reasoner in latency_reasoners.values():
             await reasoner.asolve("What is 2 + 3?")
-        if progress is not None:
-            progress.start(spec.strategies, len(problems),
-                           {s: [done[s][p.index] for p in problems if p.index in done[s]] for s in spec.strategies},
-                           grader.metrics[0])
-
-        # The run: every problem, every strategy in a rotating order, caches reset before each solve.
-        t_loop = time.perf_counter()
-        for n, problem in enumerate(problems):
-            k = n % len(spec.strategies)
-            order = spec.strategies[k:] + spec.strategies[:k]
-            for position, strategy in enumerate(order):
-                if problem.index in done[strategy]:
-                    continue
-                t_reset = time.perf_counter()
-                for engine in (target, draft):
-                    if engine is not None and hasattr(engine, "reset_prefix_cache"):
-                        await engine.reset_prefix_cache()
-                session["reset_seconds"] += time.perf_counter() - t_reset
-                try:
-                    trace = (await reasoners[strategy].asolve(problem.question)).trace
-                except ReasoningError as e:  # an engine failed mid-trace: the partial trace is the sample
-                    trace = e.trace
-                record = sample_record(problem, strategy, position, trace, grader)
-                with files.samples(dataset.name, strategy).open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
-                    f.flush()
-                done[strategy][problem.index] = record
-                session["num_solved"] += 1
-                session["solve_seconds"] += trace.seconds
-                session["model_seconds"] += trace.model_seconds
-                session["loop_seconds"] = time.perf_counter() - t_loop
-                save("running")  # the results file is current after every problem
-                if progress is not None:
-                    progress.sample(record)
+        for mode in spec.modes:
+            if mode == "latency" and latency_todo:
+                await run_latency()
+            elif mode == "throughput" and throughput_todo:
+                await run_throughput()
         status = "complete"
     except BaseException as e:
         status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"

@@ -103,22 +103,39 @@ def _unescape(text: str) -> str:
 
 
 def _print_step(record, width: int = 0) -> None:
-    """One step as it joins the trace: who wrote it, and what became of the draft."""
+    """One step as it joins the trace: who wrote it, and what became of the draft. A step a
+    token-level verifier cut shows the kept drafted text, the cut token (its logprob under
+    the target, the rule) and what the target wrote from there."""
     from rich.text import Text
 
     head = Text(f"[{record.index:>2}] ", style="dim")
     score = f" {record.score:.2f}" if record.score is not None else ""
     if record.judge in ("learned", "threshold"):  # a router's number is its p_target
         score = f" p_target{score}"
+    cut = record.cut
     if record.author == "draft":
         head.append(f"✓ draft{score}", style="bold green")
+    elif cut is not None:
+        head.append(f"✂ draft cut at token {cut['offset']} {cut['token']!r} (target logprob "
+                    f"{cut['target_logprob']:.1f}, rank {cut['rank']}, rule {cut['rule']}) → target", style="bold yellow")
     elif record.draft_text is not None:
         head.append(f"✗ draft{score} ({record.judge}) → target", style="bold yellow")
     else:
-        head.append("■ target", style="bold blue")
+        head.append("■ target" + (" (backoff: drafting does not pay at this load)" if record.backoff else ""),
+                    style="bold blue")
     tokens = record.num_draft_tokens if record.author == "draft" else record.num_target_tokens
-    head.append(f"  {tokens} tok{'' if record.complete else ', cut at the cap'}", style="dim")
+    head.append(f"  {tokens} tok" + (f" + {record.num_kept_tokens} kept" if record.num_kept_tokens else "")
+                + ("" if record.complete else ", cut at the cap"), style="dim")
     console.print(head)
+    if cut is not None:
+        kept = cut["kept_text"]
+        line = Text(kept, style="green")
+        line.append(record.draft_text[len(kept):], style="dim strike")
+        console.print(line, highlight=False)
+        line = Text(kept, style="green")
+        line.append(record.text[len(kept):], style="yellow")
+        console.print(line, highlight=False)
+        return
     if record.author == "target" and record.draft_text is not None:
         console.print(Text(record.draft_text, style="dim strike"), highlight=False)
     style = "green" if record.author == "draft" else ("yellow" if record.draft_text is not None else "blue")
@@ -130,7 +147,7 @@ def solve(
     question: Optional[str] = typer.Argument(None, help="The question (default: one from --dataset)."),
     strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking, "
                                  "arbitrage, arbitrage-oracle, tree, tree-target, best-of-n, best-of-n-target."),
-    judge: Optional[str] = typer.Option(None, help="score, exact, embedding, llm-equivalence, cascade "
+    judge: Optional[str] = typer.Option(None, help="likelihood, score, exact, embedding, llm-equivalence, cascade "
                                         "(default: the strategy's)."),
     threshold: Optional[float] = typer.Option(None, help="score judge: accept at or above this 0-9 score."),
     score_method: Optional[str] = typer.Option(None, help="score judge: expected or argmax."),
@@ -244,7 +261,9 @@ def solve(
     table.add_row("stop reason", trace.stop_reason)
     if trace.num_drafted_steps:
         table.add_row("steps", f"{len(trace.steps)}: {trace.num_accepted_steps} of {trace.num_drafted_steps} drafted "
-                               f"steps accepted ({trace.step_acceptance_rate:.0%})")
+                               f"steps accepted ({trace.step_acceptance_rate:.0%})"
+                               + (f", {trace.num_cut_steps} cut and repaired by the target"
+                                  if trace.num_cut_steps else ""))
     else:
         table.add_row("steps", str(len(trace.steps)))
     share = stats["target_token_share"]
@@ -275,11 +294,17 @@ bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 o
 app.add_typer(bench_app, name="bench")
 
 
+# --opt values that switch an option off (a judge rule: --opt sr.judge.floor=none)
+_NONE_VALUES = ("none", "null")
+
+
 def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: Optional[int],
                       max_gamma: Optional[int], lookahead_judge: Optional[str], opts: list[str],
                       router: Optional[str] = None) -> dict:
-    """Per-strategy Reasoner keywords from the shortcut flags and --opt STRATEGY.KEY=VALUE
-    (KEY ``judge.NAME`` for a judge option, ``router.NAME`` for a router option)."""
+    """Per-arm Reasoner keywords from the shortcut flags and --opt ARM.KEY=VALUE (KEY
+    ``judge.NAME`` for a judge option, ``router.NAME`` for a router option, ``strategy``
+    for the strategy of an arm whose label is not a strategy name). VALUE is JSON
+    (``7``, ``-8.5``, ``true``), ``none``/``null`` for None, else a string."""
     options: dict[str, dict] = {}
     if router is not None:
         if "arbitrage" not in strategies:
@@ -297,17 +322,28 @@ def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: 
             raise ValueError(f"--opt wants STRATEGY.KEY=VALUE, got {item!r} (e.g. --opt specreason.first_target_steps=1)")
         if strategy not in strategies:
             raise ValueError(f"--opt {item!r}: strategy '{strategy}' is not in --strategies ({','.join(strategies)})")
-        parsed = _parse_opts([f"{key}={value}"])
+        parsed = None if value.strip().lower() in _NONE_VALUES else _parse_opts([f"{key}={value}"])[key]
+        if key == "strategy" and not isinstance(parsed, str):
+            raise ValueError(f"--opt {item!r}: the strategy of an arm is a strategy name")
         if key.startswith(("judge.", "router.")):
             kind, _, name = key.partition(".")
-            options.setdefault(strategy, {}).setdefault(f"{kind}_options", {})[name] = parsed[key]
+            options.setdefault(strategy, {}).setdefault(f"{kind}_options", {})[name] = parsed
         else:
-            options.setdefault(strategy, {})[key] = parsed[key]
+            options.setdefault(strategy, {})[key] = parsed
     return options
 
 
+_MODES = {"latency": ("latency",), "throughput": ("throughput",), "both": ("throughput", "latency")}
+
+
+def _bench_modes(mode: str) -> tuple[str, ...]:
+    if mode not in _MODES:
+        raise ValueError(f"--mode is latency, throughput or both; got {mode!r}")
+    return _MODES[mode]
+
+
 class _LiveProgress:
-    """A rich progress bar per strategy: problems done, running accuracy and step acceptance."""
+    """A rich progress bar per arm and mode: problems done, running accuracy and step acceptance."""
 
     def __init__(self, progress) -> None:
         self.progress, self.metric = progress, ""
@@ -317,12 +353,12 @@ class _LiveProgress:
     def _describe(self, strategy: str) -> str:
         rows = self.seen[strategy]
         if not rows:
-            return f"{strategy:<16}"
+            return f"{strategy:<28}"
         acc = sum(r["correct"][self.metric] for r in rows) / len(rows)
         drafted = sum(r["stats"]["num_drafted_steps"] for r in rows)
         accepted = sum(r["stats"]["num_accepted_steps"] for r in rows)
         steps = f"  steps accepted {accepted / drafted:.0%}" if drafted else ""
-        return f"{strategy:<16} acc {acc:.0%}{steps}"
+        return f"{strategy:<28} acc {acc:.0%}{steps}"
 
     def start(self, strategies, num_problems, done, metric) -> None:
         self.metric = metric
@@ -331,23 +367,34 @@ class _LiveProgress:
             self.tasks[s] = self.progress.add_task(self._describe(s), total=num_problems, completed=len(done[s]))
 
     def sample(self, record) -> None:
-        s = record["strategy"]
+        from workflows.bench import progress_key
+
+        s = progress_key(record["strategy"], record.get("mode", "latency"))
         self.seen[s].append(record)
         self.progress.update(self.tasks[s], advance=1, description=self._describe(s))
         mark = "ok " if record["correct"][self.metric] else "bad"
         self.progress.console.print(
-            f"[dim]#{record['doc_id']:<5}[/] {s:<16} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
+            f"[dim]#{record['doc_id']:<5}[/] {s:<28} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
             f"{record['seconds']:6.1f} s  {record['stats']['num_tokens']:5d} tok", highlight=False)
 
 
 def _print_results(results: dict, run_dir: str) -> None:
-    from workflows.report import table
+    from workflows.report import comparison_table, table
 
-    header, rows = table(results["results"], results["run"]["metrics"])
-    out = Table(*header, title=f"{os.path.basename(results['config']['dataset'])}: {results['status']}")
-    for row in rows:
-        out.add_row(*row)
-    (console if console.is_terminal else Console(width=180)).print(out)  # a log file gets the whole table
+    name = os.path.basename(results["config"]["dataset"])
+    shown = console if console.is_terminal else Console(width=200)  # a log file gets the whole table
+    if results.get("results"):
+        header, rows = table(results["results"], results["run"]["metrics"])
+        out = Table(*header, title=f"{name} (latency): {results['status']}")
+        for row in rows:
+            out.add_row(*row)
+        shown.print(out)
+    header, rows = comparison_table(results)
+    if rows:
+        out = Table(*header, title=f"{name}: arms compared, {results['status']}")
+        for row in rows:
+            out.add_row(*row)
+        shown.print(out)
     console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
 
 
@@ -367,7 +414,14 @@ def bench(
     offset: int = typer.Option(0, help="Skip this many problems first."),
     sample: Optional[int] = typer.Option(None, help="A random sample of this many problems (seeded)."),
     seed: int = typer.Option(0, help="Seed of --sample."),
-    strategies: str = typer.Option("target-only,specreason,lookahead", help="Comma-separated strategies."),
+    strategies: str = typer.Option("target-only,specreason,lookahead",
+                                   help="Comma-separated arms: strategy names, or labels of arms whose strategy is "
+                                   "given by --opt LABEL.strategy=NAME (one strategy with different options)."),
+    mode: str = typer.Option("latency", help="latency (one problem at a time, arms interleaved), throughput (per "
+                             "arm, all problems at once; its wall time) or both (throughput first)."),
+    latency_limit: Optional[int] = typer.Option(None, help="Latency mode: only the first N selected problems."),
+    latency_strategies: Optional[str] = typer.Option(None, help="Latency mode: only these arms (comma-separated; "
+                                                     "default all)."),
     threshold: Optional[float] = typer.Option(None, help="specreason: score threshold (0-9)."),
     gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
     max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
@@ -375,7 +429,8 @@ def bench(
     router: Optional[str] = typer.Option(None, help="arbitrage: 'threshold' or a router file from "
                                          "`stepspec router train`."),
     opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge and router options as "
-                                   "STRATEGY.judge.KEY=VALUE, STRATEGY.router.KEY=VALUE (repeatable)."),
+                                   "STRATEGY.judge.KEY=VALUE, STRATEGY.router.KEY=VALUE; an arm's strategy as "
+                                   "LABEL.strategy=NAME; VALUE none switches an option off (repeatable)."),
     target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
     draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
     spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
@@ -388,12 +443,15 @@ def bench(
     delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
     kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
     max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
+    max_num_seqs: int = typer.Option(32, help="Sequences each engine batches (throughput mode raises it to the "
+                                     "number of problems)."),
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used)."),
     progress: bool = typer.Option(True, help="Show the live progress bar."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run strategies side by side on the same problems, engines and hardware; write
+    """Run arms (strategies, or one strategy under several labels and options) side by side
+    on the same problems, engines and hardware, in latency and/or throughput mode; write
     results_*.json, samples_*.jsonl and report.md. `stepspec bench report RUN_DIR` rebuilds the report."""
     if ctx.invoked_subcommand is not None:
         return
@@ -414,10 +472,14 @@ def bench(
             answer_field=answer_field, grader=grader, skip_bad_lines=skip_bad_lines, offset=offset, limit=limit,
             sample=sample, seed=seed, strategies=tuple(names),
             strategy_options=_strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt, router),
+            modes=_bench_modes(mode), latency_limit=latency_limit,
+            latency_strategies=None if latency_strategies is None else
+            tuple(s.strip() for s in latency_strategies.split(",") if s.strip()),
             target=target, draft=draft, target_spec=spec, draft_spec=draft_spec,
             num_speculative_tokens=num_speculative_tokens, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
             max_steps=max_steps, timeout=timeout, delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib,
-            max_model_len=max_model_len)
+            max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+        spec.check()  # a bad arm fails here, before the progress bar starts
         run_dir = output_dir or os.path.join("runs", f"{os.path.basename(dataset).removesuffix('.jsonl')}-"
                                              f"{time.strftime('%Y%m%d-%H%M%S')}")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -443,12 +505,11 @@ def bench(
 
 @bench_app.command("report")
 def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds results_*.json).")) -> None:
-    """Rebuild report.md and the plots of a run from its files, and print its table."""
-    from workflows.report import load_run, summarize, write_report
+    """Rebuild report.md and the plots of a run from its files, and print its tables."""
+    from workflows.report import recompute, write_report
 
     path = write_report(run_dir)
-    results, records = load_run(run_dir)
-    results["results"] = summarize(records, results["run"]["metrics"], baseline=results.get("baseline"))
+    results, _, _ = recompute(run_dir)
     _print_results(results, run_dir)
     console.print(f"report: {path}")
 

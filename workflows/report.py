@@ -1,6 +1,7 @@
-"""A benchmark run's metrics, table and report, computed from its files alone.
+"""A benchmark run's metrics, tables and report, computed from its files alone.
 
-Terms (per strategy, over the run's problems):
+Terms (per arm, over the run's problems; an arm is a strategy under a label,
+and each mode, latency and throughput, is summarized on its own):
 
 * accuracy ± standard error: mean of 0/1 correctness; the error is the sample
   standard error sqrt(p(1-p)/(n-1)), as lm-evaluation-harness reports it.
@@ -18,6 +19,19 @@ Terms (per strategy, over the run's problems):
   target forward pass). Example: 2 drafts of 3 tokens, 5 accepted: 0.83 and 3.5.
 * orchestration share: (wall time − time with a model call in flight) / wall time,
   pooled: what stepspec itself costs around the models.
+* paired accuracy against the baseline (the same problems, the same mode):
+  ``lost`` = problems the baseline solves and the arm misses, ``gained`` = the
+  reverse, ``net`` = lost − gained (positive: the arm is worse). Example: on 5
+  problems target-only is right on 1, 2, 3 and the arm on 2, 3, 4: lost 1
+  (problem 1), gained 1 (problem 4), net 0.
+* throughput speedup: the baseline arm's wall time / the arm's, each arm solving
+  all the problems concurrently (measured once per arm, kept in the results file).
+* cut steps: drafted steps the judge cut inside (partial acceptance); backoff
+  steps: steps the target wrote because the goodput governor found drafting did
+  not pay at the load of the moment.
+* judge seconds per drafted step: the judge's seconds summed over the traces /
+  drafted steps; and its ratio to the same figure of the arm using the ``score``
+  judge (in the same mode), when the run has one.
 """
 
 from __future__ import annotations
@@ -32,16 +46,48 @@ import numpy as np
 
 PLOTS = ("accuracy_vs_speedup.png", "latency_cdf.png", "acceptance_by_position.png")
 PAIRED_BASELINES = {"tree": "tree-target", "best-of-n": "best-of-n-target"}
+MODES = ("throughput", "latency")  # the order of the report's rows
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
+def paired_counts(rows: list[dict], base_rows: list[dict], metric: str) -> dict[str, Any]:
+    """An arm's correctness against the baseline's on the problems both solved:
+    ``lost`` (baseline right, arm wrong), ``gained`` (the reverse), ``net`` = lost − gained."""
+    base = {r["doc_id"]: bool(r["correct"][metric]) for r in base_rows}
+    pairs = [(base[r["doc_id"]], bool(r["correct"][metric])) for r in rows if r["doc_id"] in base]
+    lost = sum(1 for b, a in pairs if b and not a)
+    gained = sum(1 for b, a in pairs if a and not b)
+    return {"metric": metric, "num_problems": len(pairs), "lost": lost, "gained": gained, "net": lost - gained,
+            "accuracy": statistics.fmean(a for _, a in pairs) if pairs else None,
+            "baseline_accuracy": statistics.fmean(b for b, _ in pairs) if pairs else None}
+
+
+def _judge_seconds(record: dict) -> float:
+    """A sample's judge seconds (older samples have them only per step)."""
+    if "judge_seconds" in record["stats"]:
+        return record["stats"]["judge_seconds"]
+    return sum(step.get("judge_seconds", 0.0) for step in record["trace"]["steps"])
+
+
+def _stat_total(stats: list[dict], key: str) -> int | None:
+    """A counter summed over the samples; None when the samples predate it."""
+    return sum(s[key] for s in stats) if stats and all(key in s for s in stats) else None
+
+
 def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[str],
-              baseline: str | None = "target-only") -> dict[str, dict[str, Any]]:
-    """Per strategy, the run's metrics from its sample records."""
+              baseline: str | None = "target-only", *, judges: dict[str, str | None] | None = None,
+              fallback: dict[str, list[dict]] | None = None,
+              fallback_name: str = "other mode") -> dict[str, dict[str, Any]]:
+    """Per arm, the run's metrics from its sample records (one mode's).
+
+    ``judges``: arm → judge name, for the judge-time ratio to the ``score`` arm.
+    ``fallback``: the other mode's records, to pair accuracy with a baseline
+    that did not run in this mode."""
     out = {}
+    primary = metrics[0]
     for strategy, rows in records.items():
         over = PAIRED_BASELINES.get(strategy) if PAIRED_BASELINES.get(strategy) in records else baseline
         base = {r["doc_id"]: r for r in records.get(over, [])} if over else {}
@@ -83,8 +129,74 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
         model = sum(r["model_seconds"] for r in rows)
         m["orchestration_share"] = _ratio(sum(seconds) - model, sum(seconds))
         m["stop_reasons"] = dict(sorted(_count(r["stop_reason"] for r in rows).items()))
+        if over in records:
+            m["paired"] = {"over": over, **paired_counts(rows, records[over], primary)}
+        elif over and fallback and over in fallback:
+            m["paired"] = {"over": f"{over} ({fallback_name})", **paired_counts(rows, fallback[over], primary)}
+        else:
+            m["paired"] = None
+        drafted = sum(s["num_drafted_steps"] for s in stats)
+        m["num_drafted_steps"] = drafted
+        m["num_cut_steps"] = _stat_total(stats, "num_cut_steps")
+        m["num_kept_draft_tokens"] = _stat_total(stats, "num_kept_draft_tokens")
+        m["num_backoff_steps"] = _stat_total(stats, "num_backoff_steps")
+        m["judge_seconds"] = sum(_judge_seconds(r) for r in rows)
+        m["judge_seconds_per_drafted_step"] = _ratio(m["judge_seconds"], drafted)
         out[strategy] = m
+    score_arm = next((a for a, m in out.items() if (judges or {}).get(a) == "score"
+                      and m["judge_seconds_per_drafted_step"]), None)
+    for arm, m in out.items():
+        mine = m["judge_seconds_per_drafted_step"]
+        m["judge_seconds_vs_score"] = None if score_arm is None or mine is None else {
+            "over": score_arm, "ratio": mine / out[score_arm]["judge_seconds_per_drafted_step"]}
     return out
+
+
+def arm_judges(results: dict[str, Any], records: dict[str, list[dict]]) -> dict[str, str | None]:
+    """Each arm's judge: as the run recorded it, else (older runs) the judge option
+    given, else the one judge name its steps carry, else the strategy's default."""
+    from orchestrator.strategies import STRATEGIES
+
+    arms = results["run"].get("arms") or {}
+    options = results["config"].get("strategy_options") or {}
+    out: dict[str, str | None] = {}
+    for arm in results["config"]["strategies"]:
+        if arm in arms:
+            out[arm] = arms[arm].get("judge")
+            continue
+        given = options.get(arm, {}).get("judge")
+        names = {step["judge"] for r in records.get(arm, []) for step in r["trace"]["steps"] if step.get("judge")}
+        strategy = STRATEGIES.get(options.get(arm, {}).get("strategy", arm))
+        out[arm] = (given if isinstance(given, str) else next(iter(names)) if len(names) == 1
+                    else strategy.default_judge if strategy else None)
+    return out
+
+
+def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
+                  throughput: dict[str, list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Both modes' summaries of a run (``results``: its results file; the records of each
+    mode per arm). A throughput arm's summary adds its measured wall time and the speedup."""
+    metrics, baseline = results["run"]["metrics"], results.get("baseline")
+    judges = arm_judges(results, {**throughput, **latency})
+    lat = summarize(latency, metrics, baseline, judges=judges, fallback=throughput, fallback_name="throughput")
+    tp = summarize(throughput, metrics, baseline, judges=judges, fallback=latency, fallback_name="latency")
+    runs = results["run"].get("throughput") or {}
+
+    def wall(arm: str | None) -> float | None:
+        run = runs.get(arm) or {}
+        return run.get("wall_seconds") if run.get("status") == "complete" else None
+
+    for arm, m in tp.items():
+        run = runs.get(arm) or {}
+        over = PAIRED_BASELINES.get(arm) if PAIRED_BASELINES.get(arm) in tp else baseline
+        mine, base = wall(arm), wall(over) if over in tp else None
+        m["throughput"] = {
+            "status": run.get("status"), "wall_seconds": mine, "num_problems": run.get("num_problems"),
+            "num_solved": run.get("num_solved"), "max_concurrency": run.get("max_concurrency"),
+            "problems_per_minute": 60 * m["num_problems"] / mine if mine else None,
+            "output_tokens_per_second": _ratio((m["num_tokens_mean"] or 0) * m["num_problems"], mine or 0),
+            "speedup": base / mine if base and mine else None, "over": over if base and mine else None}
+    return lat, tp
 
 
 def _count(items) -> dict[str, int]:
@@ -106,7 +218,7 @@ def _share(x: float | None) -> str:
 def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the result table (shared by the terminal and report.md)."""
     primary, others = metrics[0], list(metrics[1:])
-    header = (["strategy", "n", f"accuracy ({primary})"] + [f"acc ({k})" for k in others]
+    header = (["arm", "n", f"accuracy ({primary})"] + [f"acc ({k})" for k in others]
               + ["p50 s", "p90 s", "tok/s", "speedup median", "speedup geomean", "step acc", "target tok share",
                  "token acc (target)", "orchestration"])
     rows = []
@@ -135,18 +247,40 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _read(run_dir: Path, files: dict[str, str], problem_ids: list[int]) -> dict[str, list[dict]]:
+    from workflows.bench import read_samples
+
+    order = {doc: i for i, doc in enumerate(problem_ids)}
+    records = {}
+    for arm, name in files.items():
+        rows = [r for r in read_samples(run_dir / name) if r["doc_id"] in order]
+        records[arm] = sorted(rows, key=lambda r: order[r["doc_id"]])
+    return records
+
+
 def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
-    """A run's results file and its sample records per strategy (in the run's problem order)."""
-    from workflows.bench import find_results, read_samples
+    """A run's results file and its latency sample records per arm (in the run's problem order)."""
+    from workflows.bench import find_results
 
     run_dir = Path(run_dir)
     results = json.loads(find_results(run_dir).read_text())
-    order = {doc: i for i, doc in enumerate(results["run"]["problem_ids"])}
-    records = {}
-    for strategy, name in results["run"]["samples"].items():
-        rows = [r for r in read_samples(run_dir / name) if r["doc_id"] in order]
-        records[strategy] = sorted(rows, key=lambda r: order[r["doc_id"]])
-    return results, records
+    run = results["run"]
+    return results, _read(run_dir, run["samples"], run.get("latency_problem_ids", run["problem_ids"]))
+
+
+def load_throughput(run_dir: str | Path, results: dict[str, Any]) -> dict[str, list[dict]]:
+    """A run's throughput sample records per arm (in the run's problem order; none in older runs)."""
+    run = results["run"]
+    return _read(Path(run_dir), run.get("throughput_samples") or {}, run["problem_ids"])
+
+
+def recompute(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, list[dict]], dict[str, list[dict]]]:
+    """A run's results with both modes' summaries computed again from its files, and the
+    records of each mode."""
+    results, latency = load_run(run_dir)
+    throughput = load_throughput(run_dir, results)
+    results["results"], results["results_throughput"] = summarize_run(results, latency, throughput)
+    return results, latency, throughput
 
 
 def acceptance_by_position(rows: list[dict]) -> list[tuple[int, int, int]]:
@@ -161,71 +295,162 @@ def acceptance_by_position(rows: list[dict]) -> list[tuple[int, int, int]]:
     return [(i, drafted[i], accepted[i]) for i in sorted(drafted)]
 
 
-def write_plots(run_dir: Path, summary: dict[str, dict[str, Any]], records: dict[str, list[dict]],
-                metrics: list[str]) -> list[str]:
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _accuracy(m: dict[str, Any], metric: str) -> str:
+    acc, se = m["accuracy"][metric], m["accuracy_stderr"][metric]
+    return "-" if acc is None else f"{acc:.1%}" + ("" if se is None else f" ± {se:.1%}")
+
+
+def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per arm and mode: accuracy, paired counts against the baseline, speed,
+    and what the speculation did (from a results dict with both modes' summaries)."""
+    primary = results["run"]["metrics"][0]
+    baseline = results.get("baseline") or "baseline"
+    summaries = {"latency": results.get("results") or {}, "throughput": results.get("results_throughput") or {}}
+    header = ["arm", "mode", "n", f"accuracy ({primary})", f"vs {baseline}: lost / gained / net", "wall s",
+              "speedup", "step acc", "target tok share", "cut steps", "backoff steps", "judge s / drafted step"]
+    rows = []
+    for arm in results["config"]["strategies"]:
+        for mode in MODES:
+            m = summaries[mode].get(arm)
+            if m is None:
+                continue
+            paired = m.get("paired")
+            if paired is None:
+                vs = "-"
+            elif paired["over"].split(" (")[0] == arm:
+                vs = "baseline"
+            else:
+                vs = f"{paired['lost']} / {paired['gained']} / {paired['net']:+d}"
+                if paired["over"] != results.get("baseline"):
+                    vs += f" (vs {paired['over']})"
+            if mode == "throughput":
+                tp = m["throughput"]
+                wall = (_seconds(tp["wall_seconds"]) if tp["status"] == "complete" else
+                        f"{tp['status'] or 'not run'} ({tp['num_solved'] or 0} of {tp['num_problems']})")
+                speed = _fmt(tp["speedup"], ".2f", "×")
+            else:
+                wall = "-"
+                speed = ("-" if m["speedup"]["median"] is None else
+                         f"{m['speedup']['median']:.2f}× median, {m['speedup']['geomean']:.2f}× geomean")
+            drafted = m.get("num_drafted_steps") or 0
+            cut = m.get("num_cut_steps")
+            judge = m.get("judge_seconds_per_drafted_step")
+            vs_score = m.get("judge_seconds_vs_score")
+            rows.append([
+                arm, mode, str(m["num_problems"]), _accuracy(m, primary), vs, wall, speed,
+                _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
+                "-" if cut is None or not drafted else f"{cut} ({cut / drafted:.0%})",
+                _fmt(m.get("num_backoff_steps"), "d"),
+                "-" if judge is None else f"{judge:.3g}" + ("" if vs_score is None or vs_score["over"] == arm
+                                                            else f" ({vs_score['ratio']:.2g}× {vs_score['over']})"),
+            ])
+    return header, rows
+
+
+def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[dict]],
+                throughput: dict[str, list[dict]], metrics: list[str]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     primary = metrics[0]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for strategy, m in summary.items():
-        x = m["speedup"]["geomean"] or (1.0 if m["num_problems"] else None)
-        if x is None or m["accuracy"][primary] is None:
-            continue
-        ax.errorbar(x, m["accuracy"][primary], yerr=m["accuracy_stderr"][primary] or 0, fmt="o", capsize=4)
-        ax.annotate(strategy, (x, m["accuracy"][primary]), textcoords="offset points", xytext=(6, 6))
+    lat, tp = results.get("results") or {}, results.get("results_throughput") or {}
+    colors = {arm: f"C{i % 10}" for i, arm in enumerate(results["config"]["strategies"])}
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    drawn = set()
+    for arm in results["config"]["strategies"]:
+        points = []
+        if arm in tp and tp[arm]["throughput"]["speedup"] is not None:
+            points.append((tp[arm], tp[arm]["throughput"]["speedup"], "o"))
+        if arm in lat:
+            m = lat[arm]
+            points.append((m, m["speedup"]["geomean"] or (1.0 if m["num_problems"] else None), "^"))
+        for m, x, marker in points:
+            if x is None or m["accuracy"][primary] is None:
+                continue
+            ax.errorbar(x, m["accuracy"][primary], yerr=m["accuracy_stderr"][primary] or 0, fmt=marker, capsize=4,
+                        color=colors[arm])
+            drawn.add(marker)
+            ax.annotate(arm, (x, m["accuracy"][primary]), textcoords="offset points", xytext=(6, 6), fontsize=8,
+                        color=colors[arm])
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("speedup over target-only (geometric mean of per-problem ratios)")
+    ax.margins(x=0.15, y=0.1)  # room for the labels
+    ax.set_xlabel("speedup over target-only")
     ax.set_ylabel(f"accuracy ({primary}) ± s.e.")
     ax.set_title("accuracy vs speedup")
+    legend = {"o": "throughput (wall time of all problems)", "^": "latency (geomean of per-problem ratios)"}
+    if drawn:
+        ax.legend(handles=[Line2D([], [], marker=k, ls="", color="k", label=v) for k, v in legend.items()
+                           if k in drawn], fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(run_dir / PLOTS[0], dpi=120)
     plt.close(fig)
 
+    # Per-problem latency: of the latency mode, or (a throughput-only run) under load.
+    shown, where = (latency, "latency mode") if any(latency.values()) else (throughput, "throughput mode, under load")
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for strategy, rows in records.items():
+    for arm, rows in shown.items():
         if rows:
             xs = sorted(r["seconds"] for r in rows)
-            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=strategy)
+            ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=arm, color=colors.get(arm))
     ax.set_xlabel("wall time per problem (s)")
     ax.set_ylabel("fraction of problems")
-    ax.set_title("latency CDF")
-    ax.legend()
+    ax.set_title(f"latency CDF ({where})")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(run_dir / PLOTS[1], dpi=120)
     plt.close(fig)
 
+    # Step acceptance: over all the problems (throughput) where that mode ran, else latency.
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for strategy, rows in records.items():
-        points = acceptance_by_position(rows)
+    for arm in results["config"]["strategies"]:
+        points = acceptance_by_position(throughput.get(arm) or latency.get(arm) or [])
         if points:
-            ax.plot([p for p, _, _ in points], [a / d for _, d, a in points], marker="o", label=strategy)
+            ax.plot([p for p, _, _ in points], [a / d for _, d, a in points], marker="o", label=arm,
+                    color=colors[arm])
     ax.set_xlabel("step position in the trace")
     ax.set_ylabel("drafted steps accepted")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title("step acceptance by position")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(run_dir / PLOTS[2], dpi=120)
     plt.close(fig)
     return list(PLOTS)
 
 
+def _describe_arm(arm: str, results: dict[str, Any], judges: dict[str, str | None]) -> str:
+    info = (results["run"].get("arms") or {}).get(arm)
+    options = (results["config"].get("strategy_options") or {}).get(arm, {})
+    strategy = (info or {}).get("strategy") or options.get("strategy", arm)
+    judge = judges.get(arm)
+    given = {k: v for k, v in options.items() if k != "strategy"}
+    parts = [f"`{strategy}`"] + ([f"judge `{judge}`"] if judge else [])
+    if given:
+        parts.append(", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()))
+    return f"* `{arm}`: " + "; ".join(parts)
+
+
 def write_report(run_dir: str | Path) -> Path:
     """report.md and its plots, rebuilt from the run's results and samples files."""
     run_dir = Path(run_dir)
-    results, records = load_run(run_dir)
+    results, latency, throughput = recompute(run_dir)
     metrics = results["run"]["metrics"]
-    summary = summarize(records, metrics, baseline=results.get("baseline"))
-    header, rows = table(summary, metrics)
-    plots = write_plots(run_dir, summary, records, metrics)
+    plots = write_plots(run_dir, results, latency, throughput, metrics)
     config, run = results["config"], results["run"]
+    modes = run.get("modes") or ["latency"]
     sessions = run["sessions"]
     hw = sessions[-1]["hardware"] if sessions else {}
     versions = results.get("versions", {})
+    num_latency = len(run.get("latency_problem_ids", run["problem_ids"]))
     lines = [
         f"# stepspec bench: {config['dataset']}, {', '.join(config['strategies'])}",
         "",
@@ -233,11 +458,31 @@ def write_report(run_dir: str | Path) -> Path:
         f"(offset {config['offset']}, limit {config['limit']}, sample {config['sample']}, seed {config['seed']}), "
         f"graded by `{run['grader']}`.",
         "",
-        "All strategies ran in one process on the same engines and hardware, interleaved problem by problem "
-        "(rotating order), prefix caches reset before every solve. Times are wall clock, measured.",
-        "",
-        markdown_table(header, rows),
-        "",
+    ]
+    if "throughput" in modes:
+        lines += [f"**Throughput mode**: each arm in turn solved all {len(run['problem_ids'])} problems "
+                  "concurrently on one reasoner, prefix caches reset before each arm; its wall time, first request "
+                  "to last answer, is measured (speedup: target-only's wall time / the arm's).", ""]
+    if "latency" in modes:
+        lines += [f"**Latency mode**: {num_latency} problems, one at a time; all "
+                  f"{'arms' if 'throughput' in modes else 'strategies'} ran in one process on the same engines and "
+                  "hardware, interleaved problem by problem (rotating order), prefix caches reset before every "
+                  "solve. Times are wall clock, measured.", ""]
+    comparison = comparison_table(results)
+    if comparison[1]:
+        lines += ["## Comparison", "", markdown_table(*comparison), "",
+                  "Lost / gained / net: problems the baseline solves that the arm misses, the reverse, and lost − "
+                  "gained (the same problems in the same mode). Cut steps: drafted steps cut inside (share of the "
+                  "drafted steps). Backoff steps: steps the target wrote because drafting did not pay at that load. "
+                  "Judge s / drafted step: the judge's time over the drafted steps, and its ratio to the `score` "
+                  "judge's arm.", ""]
+        judges = arm_judges(results, {**throughput, **latency})
+        lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config["strategies"]], ""]
+    if any(latency.values()):
+        header, rows = table(results["results"], metrics)
+        lines += ["## Latency mode" if "throughput" in modes else "## Per strategy", "", markdown_table(header, rows),
+                  ""]
+    lines += [
         f"Models: target `{config['target']}` (token-level speculation: {config['target_spec']}), "
         f"draft `{config['draft']}` (token-level: {config['draft_spec']}). Budget: {config['max_tokens']} tokens, "
         f"{config['max_step_tokens']} per step, {config['max_steps']} steps.",
@@ -250,10 +495,10 @@ def write_report(run_dir: str | Path) -> Path:
                     f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')})"
                     for s in sessions) + ".",
         "",
-        "Speedup is per problem (target-only seconds / strategy seconds), then median and geometric mean. "
-        "Orchestration is the share of wall time with no model call in flight.",
-        "",
     ]
+    if any(latency.values()):
+        lines += ["Speedup is per problem (target-only seconds / strategy seconds), then median and geometric mean. "
+                  "Orchestration is the share of wall time with no model call in flight.", ""]
     over = results.get("overhead") or {}
     if over.get("run_share") is not None:
         lines += [f"Orchestration over the whole run: {_share(over['solve_share'])} of the solves' wall time; "
