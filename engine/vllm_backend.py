@@ -443,7 +443,8 @@ class VLLMEngine:
         past the cached part are read. The token at prompt index ``t`` is scored by the
         logits at ``t - 1``, which exist when ``t - 1 >= num_cached_tokens``. A request
         whose cache hit reaches into the continuation (rare: a block-aligned prefix, or a
-        continuation scored before) is scored again without reading the cache.
+        continuation scored before, or text the target itself wrote after this prefix) is
+        scored again without reading the cache.
         """
         await self.start()
         prefixes = [self._prompt_ids(r.prefix) for r in requests]

@@ -10,7 +10,7 @@ import pytest
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_EMBEDDING, BUNDLED_TARGET, is_prepared, resolve_model
 from engine.speculation import speculative_config
-from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from engine.types import ContinuationRequest, FinishReason, GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
 from judges.base import StepCandidate
 from judges.score import ScoreJudge
@@ -207,3 +207,62 @@ def test_sampled_suffix_speculation_writes_the_targets_text(pair, reference, run
         assert sum(ch.isascii() for ch in text) >= 0.98 * len(text), text
     assert sd.num_draft_tokens > 0
     assert sd.acceptance_rate >= 0.3, sd
+
+
+# GSM8K test problems for the lossless end; the first 96 tokens of each trace
+LOSSLESS_PROBLEMS = (0, 1)
+
+
+def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_pair(pair, runner):
+    """The lossless end of the likelihood knob on the real pair: with only the target's
+    greedy token plausible (max_rank=1), specreason and lookahead keep every drafted
+    token the 1.5B agrees with, cut at the first it does not, and end with exactly the
+    text target-only writes, token for token; the 0.5B's agreeing tokens are kept."""
+    from judges.likelihood import LikelihoodJudge
+    from orchestrator.baseline import target_only
+    from orchestrator.lookahead import lookahead
+    from orchestrator.run import Budget
+    from orchestrator.specreason import specreason
+
+    target = target_engine(pair[0], "target")
+    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5, engine_args={"enforce_eager": True})
+    budget = Budget(max_tokens=96, max_step_tokens=64)
+    exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
+    problems = load_problems("gsm8k")
+    kept = cut = 0
+    try:
+        runner.run(target.start())
+        runner.run(draft.start())
+        for i in LOSSLESS_PROBLEMS:
+            q = problems[i].question
+            want = runner.run(target_only(q, target=target, budget=budget))
+            for strategy in (specreason, lookahead):
+                got = runner.run(strategy(q, draft=draft, target=target, judge=exact, budget=budget))
+                assert got.text == want.text, (i, strategy.__name__)
+                assert target.encode(got.text) == target.encode(want.text)
+                assert all(s.cut is None or (s.cut["rank"] > 1 and s.num_kept_tokens == s.cut["offset"])
+                           for s in got.steps)
+                kept += got.num_kept_draft_tokens
+                cut += got.num_cut_steps
+        # the scores read with the prefix cached equal those computed with nothing cached
+        prompt = build_prompt(target, problems[0].question)
+        (drafted,) = runner.run(draft.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=64))]))
+        request = ContinuationRequest(prompt, drafted.completion.token_ids, top_k=5)
+        # only the prompt cached: the target's own greedy text, cached by the runs above,
+        # would share blocks with the draft's and reach into the continuation (then the
+        # engine rightly scores it again without the cache)
+        runner.run(target.reset_prefix_cache())
+        runner.run(target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=1))]))
+        (cached,) = runner.run(target.score_continuations([request]))
+        runner.run(target.reset_prefix_cache())
+        (fresh,) = runner.run(target.score_continuations([request]))
+    finally:
+        runner.run(target.close())
+        runner.run(draft.close())
+    assert kept > 0 and cut > 0  # the draft's agreeing tokens stayed, and the verifier cut where it disagreed
+    assert cached.num_cached_prompt_tokens > 0 and fresh.num_cached_prompt_tokens == 0
+    assert [(t.token_id, t.rank, [i for i, _ in t.top]) for t in cached.tokens] == [
+        (t.token_id, t.rank, [i for i, _ in t.top]) for t in fresh.tokens]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(cached.tokens, fresh.tokens)) < 1e-3
+    print(f"\nrank-1 likelihood on GSM8K {LOSSLESS_PROBLEMS}: {kept} drafted tokens kept, {cut} steps cut, "
+          "text equal to target-only's")

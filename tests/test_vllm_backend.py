@@ -196,28 +196,28 @@ def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runne
 
 
 def test_continuation_scores_read_the_prefix_cache_and_equal_a_cache_free_computation(base, runner):
-    """One prefill scores a given continuation; positions past the cached prefix equal a
-    cache-free run (vLLM's default for prompt logprobs), the cached ones are never read."""
+    """One prefill scores a given continuation; with the prefix cached, the positions past
+    it equal a computation with nothing cached (the cached positions are never read)."""
     from engine.types import ContinuationRequest
 
     prefix = PROMPTS[1] * 3  # long enough that whole KV blocks of it get cached
     (gen,) = runner.run(base.generate([GenerationRequest(prefix, greedy(12))]))
     greedy_ids = gen.completion.token_ids
-    other_ids = tuple(reversed(greedy_ids))
-    requests = [ContinuationRequest(prefix, greedy_ids, top_k=3), ContinuationRequest(prefix, other_ids, top_k=3)]
-    cached = runner.run(base.score_continuations(requests))  # the prefix is cached by the generate call
-    assert cached[0].num_cached_prompt_tokens > 0
-    fresh = [runner.run(base._run_one(base.encode(prefix) + list(r.continuation), base._scoring_params(3, False)))
-             for r in requests]
-    for scores, out, r in zip(cached, fresh, requests):
-        want = out.prompt_logprobs[len(base.encode(prefix)):]
-        assert [t.token_id for t in scores.tokens] == list(r.continuation)
-        for tok, position in zip(scores.tokens, want):
-            assert tok.logprob == pytest.approx(position[tok.token_id].logprob, abs=1e-4)
-            assert tok.rank == position[tok.token_id].rank
-            assert len(tok.top) == 3 and tok.top[0][1] >= tok.top[1][1] >= tok.top[2][1]
-    # a greedy continuation is the model's own top choice at every position
+    requests = [ContinuationRequest(prefix, greedy_ids, top_k=3),
+                ContinuationRequest(prefix, tuple(reversed(greedy_ids)), top_k=3)]
+    cached = runner.run(base.score_continuations(requests))  # the generate call cached the prefix
+    runner.run(base.reset_prefix_cache())
+    fresh = runner.run(base.score_continuations(requests))
+    assert cached[0].num_cached_prompt_tokens > 0 and fresh[0].num_cached_prompt_tokens == 0
+    for got, want, r in zip(cached, fresh, requests):
+        assert [t.token_id for t in got.tokens] == [t.token_id for t in want.tokens] == list(r.continuation)
+        for a, b in zip(got.tokens, want.tokens):
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-4) and a.rank == b.rank
+            assert [t for t, _ in a.top] == [t for t, _ in b.top] and len(a.top) == 3
+            assert a.top[0][1] >= a.top[1][1] >= a.top[2][1]
+    # a greedy continuation is the model's own top choice at every position; its reverse is not
     assert all(t.rank == 1 and t.top[0][0] == t.token_id for t in cached[0].tokens)
+    assert any(t.rank > 1 for t in cached[1].tokens)
 
 
 def test_a_continuation_past_the_context_window_is_a_clear_error(base, runner):

@@ -1,0 +1,54 @@
+"""Choose the likelihood judge's defaults on GSM8K test problems 100-129, not the bench's 0-99.
+
+Each arm solves all 30 problems at once on the bundled pair (greedy, no token-level
+speculation, no goodput backoff, 640-token budget) and appends one JSON line to the
+output file: wall time, problems solved and which, the target's share of the traces'
+tokens, cut steps. Run one arm after another (two cores):
+
+    python benchmarks/likelihood_sweep.py OUT.jsonl target-only,typed-5,typed-3
+
+Results: benchmarks/measured/likelihood_defaults_gsm8k100-129/.
+"""
+import asyncio
+import json
+import sys
+import time
+
+from orchestrator.reasoner import Reasoner, build_engines
+from orchestrator.run import Budget
+from workflows.datasets import load_dataset
+from workflows.graders import get_grader
+
+ARMS = {
+    "target-only": dict(strategy="target-only"),
+    "typed-5": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-5.0, math_max_rank=1), backoff=False),
+    "typed-3": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-3.0, math_max_rank=1), backoff=False),
+    "typed-2": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-2.0, math_max_rank=1), backoff=False),
+    "score": dict(strategy="specreason", judge="score", backoff=False),
+    "rank2-math1": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=None, max_rank=2, math_max_rank=1), backoff=False),
+}
+
+async def main(out):
+    data = load_dataset("gsm8k")
+    grader = get_grader(data.grader)
+    probs = data.problems[100:130]
+    target, draft = build_engines("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", kv_cache_gib=2.0, max_model_len=4096,
+                                  max_num_seqs=32)
+    await target.start(); await draft.start()
+    budget = Budget(max_tokens=640)
+    for name in sys.argv[2].split(","):
+        await target.reset_prefix_cache(); await draft.reset_prefix_cache()
+        r = Reasoner(target, draft, budget=budget, max_concurrency=len(probs), **ARMS[name])
+        t = time.perf_counter()
+        sols = await r.asolve_many([p.question for p in probs])
+        wall = time.perf_counter() - t
+        correct = [grader.grade(s.trace.text, p.reference)[grader.metrics[0]].correct for s, p in zip(sols, probs)]
+        tt = sum(s.trace.num_target_tokens for s in sols); nt = sum(s.trace.num_tokens for s in sols)
+        row = dict(arm=name, wall=wall, solved=sum(correct), correct=correct, target_share=tt/nt,
+                   cut_steps=sum(s.trace.num_cut_steps for s in sols), steps=sum(len(s.trace.steps) for s in sols))
+        print(json.dumps(row), flush=True)
+        with open(out, "a") as f: f.write(json.dumps(row) + "\n")
+    await target.close(); await draft.close()
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))
