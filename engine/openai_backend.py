@@ -184,6 +184,9 @@ class OpenAIEngine:
     * ``tokenizer``: a local path or Hugging Face id of the model's tokenizer, used
       for ``count_tokens``, ``apply_chat_template`` and token texts instead of the
       server's ``/tokenize`` and ``/detokenize``.
+    * ``continuation_scoring``: how :meth:`score_continuations` reads the server's
+      logprobs: ``"prompt_logprobs"`` (vLLM), ``"echo"`` (``echo`` + ``logprobs``), or
+      ``"auto"`` (the first call finds out; :attr:`scoring_mode` then says which).
     """
 
     backend = "openai"
@@ -202,6 +205,7 @@ class OpenAIEngine:
         tokenizer: str | None = None,
         max_concurrency: int = 64,
         retry_backoff_s: float = 0.5,
+        continuation_scoring: str = "auto",
     ) -> None:
         if api_key is not None and api_key_env is not None:
             raise EngineError(f"engine '{name or model}': pass api_key or api_key_env, not both")
@@ -219,6 +223,11 @@ class OpenAIEngine:
             )
         if timeout_s <= 0:
             raise EngineError(f"engine '{name or model}': timeout_s must be > 0, got {timeout_s}")
+        if continuation_scoring not in ("auto", _PROMPT_LOGPROBS, _ECHO):
+            raise EngineError(
+                f"engine '{name or model}': continuation_scoring must be auto, {_PROMPT_LOGPROBS} or "
+                f"{_ECHO}; got {continuation_scoring!r}"
+            )
         if max_concurrency < 1:
             raise EngineError(
                 f"engine '{name or model}': max_concurrency must be >= 1, got {max_concurrency}"
@@ -243,8 +252,14 @@ class OpenAIEngine:
         self._started = False
         self._stats = EngineStats()
         # How score_continuations reads logprobs from this server (_PROMPT_LOGPROBS or
-        # _ECHO); None until its first call finds out.
-        self._scoring_mode: str | None = None
+        # _ECHO); None ("auto") until its first call finds out.
+        self._scoring_mode: str | None = None if continuation_scoring == "auto" else continuation_scoring
+
+    @property
+    def scoring_mode(self) -> str | None:
+        """How :meth:`score_continuations` reads logprobs here: ``"prompt_logprobs"``,
+        ``"echo"``, or None before an ``"auto"`` engine's first call."""
+        return self._scoring_mode
 
     # -- lifecycle -----------------------------------------------------------------
 

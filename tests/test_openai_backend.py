@@ -626,10 +626,9 @@ def test_score_continuations_match_in_process_backend(served):
     async def go():
         async with OpenAIEngine(base_url, SERVED_NAME) as engine:
             got = await engine.score_continuations(requests)
-            mode, stats = engine._scoring_mode, engine.stats()
+            mode, stats = engine.scoring_mode, engine.stats()
         # The echo path against the same server (as used where prompt_logprobs is unknown).
-        async with OpenAIEngine(base_url, SERVED_NAME) as echo:
-            echo._scoring_mode = "echo"
+        async with OpenAIEngine(base_url, SERVED_NAME, continuation_scoring="echo") as echo:
             echoed = await echo.score_continuations(requests)
         return got, mode, stats, echoed
 
@@ -777,3 +776,10 @@ def test_over_long_prompt_carries_server_message(served):
 
     with pytest.raises(EngineError, match="1100 tokens but max_model_len is 1024"):
         _run(go_tokens())
+
+
+def test_continuation_scoring_mode_is_checked_and_can_be_fixed():
+    with pytest.raises(EngineError, match="continuation_scoring must be auto, prompt_logprobs or echo; got 'echos'"):
+        OpenAIEngine("http://127.0.0.1:9", "m", continuation_scoring="echos")
+    assert OpenAIEngine("http://127.0.0.1:9", "m").scoring_mode is None
+    assert OpenAIEngine("http://127.0.0.1:9", "m", continuation_scoring="echo").scoring_mode == "echo"

@@ -259,3 +259,38 @@ def test_the_readme_workflow_validates(tmp_path):
     (tmp_path / "readme.yaml").write_text(block)
     w = load_workflow(tmp_path / "readme.yaml")
     assert set(w.spec.workflow.nodes) == {"plan", "answer"}
+
+
+LIKELIHOOD_YAML = """\
+engines:
+  target: {backend: vllm, model: qwen2.5-coder-1.5b}
+  draft: {backend: vllm, model: qwen2.5-coder-0.5b}
+reasoners:
+  solver:
+    target: target
+    draft: draft
+    strategy: specreason
+    judge: likelihood
+    judge_options: {JUDGE_OPTIONS}
+workflow:
+  inputs: {question: {type: string}}
+  nodes:
+    solve: {reason: solver, prompt: "${inputs.question}"}
+  outputs: {answer: "${solve.output}"}
+"""
+
+
+def test_a_workflow_names_the_likelihood_judge_and_its_options(tmp_path):
+    from judges.likelihood import LikelihoodJudge
+    from workflows.runner import WorkflowError
+
+    engines = {"target": ScriptedEngine("target"), "draft": ScriptedEngine("draft")}
+    path = tmp_path / "lik.yaml"
+    path.write_text(LIKELIHOOD_YAML.replace("JUDGE_OPTIONS", "floor: -3.5, max_rank: 2"))
+    judge = WorkflowRun(load_workflow(path), engines=engines).reasoners["solver"].judge
+    assert isinstance(judge, LikelihoodJudge) and judge.floor == -3.5 and judge.max_rank == 2
+    assert judge.math_max_rank == 1  # the default stays
+    path.write_text(LIKELIHOOD_YAML.replace("JUDGE_OPTIONS", "flor: -3.5"))
+    with pytest.raises(WorkflowError, match="reasoner 'solver': judge 'likelihood' has no option 'flor'. Did you mean "
+                                            "'floor'"):
+        WorkflowRun(load_workflow(path), engines=engines)
