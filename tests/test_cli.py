@@ -176,8 +176,8 @@ def test_make_bench_arms_are_valid_and_saved_as_given(tmp_path, monkeypatch):
                                     "la-lik"]
     assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30 and config["limit"] == 100
     assert config["latency_strategies"] == ["target-only", "sr-score", "sr-lik-typed"]
-    assert config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 3 and config["max_tokens"] == 640
-    assert config["target_spec"] == "draft"
+    assert config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 1.5 and config["max_tokens"] == 640
+    assert config["target_spec"] == "suffix"
     options = config["strategy_options"]
     assert options["sr-lik-exact"]["judge_options"] == {"max_rank": 1, "floor": None, "math_max_rank": None}
     assert options["sr-lik-loose"]["judge_options"] == {"floor": -8, "math_max_rank": None}
