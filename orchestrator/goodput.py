@@ -94,8 +94,3 @@ class GoodputGovernor:
         old = rates.seconds_per_token.get(mode)
         rates.seconds_per_token[mode] = x if old is None else self.smoothing * x + (1 - self.smoothing) * old
         rates.num_samples[mode] += 1
-
-    def summary(self) -> dict:
-        return {"decisions": {m.value: n for m, n in self.num_decisions.items()},
-                "rates": {str(b): {m.value: r for m, r in rates.seconds_per_token.items()}
-                          for b, rates in sorted(self.buckets.items())}}
