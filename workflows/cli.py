@@ -126,7 +126,7 @@ def _print_step(record, width: int = 0) -> None:
     tokens = record.num_draft_tokens if record.author == "draft" else record.num_target_tokens
     head.append(f"  {tokens} tok" + (f" + {record.num_kept_tokens} kept" if record.num_kept_tokens else "")
                 + ("" if record.complete else ", cut at the cap"), style="dim")
-    console.print(head)
+    console.print(head, soft_wrap=True)  # one line per step, never wrapped: its marks are what a reader scans
     if cut is not None:
         kept = cut["kept_text"]
         line = Text(kept, style="green")
