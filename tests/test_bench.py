@@ -396,6 +396,12 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
         assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3]  # every problem once
         assert done["run"]["throughput"][arm]["status"] == "complete"
     assert done["results_throughput"]["sr-strict"]["accuracy"]["exact"] == 1.0
+    # target-only was timed in the first session, the other arms in the second: no speedup across them
+    assert [done["run"]["throughput"][arm]["session"] for arm in ARMS] == [0, 1, 1]
+    for arm in ("sr-strict", "sr-lax"):
+        tp = done["results_throughput"][arm]["throughput"]
+        assert tp["speedup"] is None and tp["other_session"] and tp["wall_seconds"] > 0
+    assert "| not compared: timed in another session than the baseline |" in (run / "report.md").read_text()
 
 
 def test_both_modes_with_a_latency_subset(tmp_path):

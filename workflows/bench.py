@@ -530,7 +530,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
         entry: dict[str, Any] = {"status": "running", "num_problems": len(problems), "num_solved": 0,
                                  "wall_seconds": None, "max_concurrency": len(problems),
-                                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                 "session": len(run_info["sessions"]) - 1}  # wall times compare within one
         throughput_runs[arm] = entry
         save("running")
         await reset_caches()

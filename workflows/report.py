@@ -25,7 +25,9 @@ and each mode, latency and throughput, is summarized on its own):
   problems target-only is right on 1, 2, 3 and the arm on 2, 3, 4: lost 1
   (problem 1), gained 1 (problem 4), net 0.
 * throughput speedup: the baseline arm's wall time / the arm's, each arm solving
-  all the problems concurrently (measured once per arm, kept in the results file).
+  all the problems concurrently (measured once per arm, kept in the results file);
+  only when one session of the run timed both arms, since a resumed run's
+  sessions need not see the same machine load.
 * cut steps: drafted steps the judge cut inside (partial acceptance); backoff
   steps: steps the target wrote because the goodput governor found drafting did
   not pay at the load of the moment.
@@ -182,20 +184,32 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
     tp = summarize(throughput, metrics, baseline, judges=judges, fallback=latency, fallback_name="latency")
     runs = results["run"].get("throughput") or {}
 
+    sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
+
     def wall(arm: str | None) -> float | None:
         run = runs.get(arm) or {}
         return run.get("wall_seconds") if run.get("status") == "complete" else None
+
+    def session_of(arm: str | None) -> int:
+        """Which session of a resumed run measured the arm (older files: the last one started before it)."""
+        run = runs.get(arm) or {}
+        return run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
 
     for arm, m in tp.items():
         run = runs.get(arm) or {}
         over = PAIRED_BASELINES.get(arm) if PAIRED_BASELINES.get(arm) in tp else baseline
         mine, base = wall(arm), wall(over) if over in tp else None
+        # Wall times are compared only when one session measured both: a resumed run's
+        # sessions may share the machine with other work (measured here: the same 100
+        # target-only solves, the same texts, took 1564 s in one session and 772 s in another).
+        same_session = bool(base and mine) and session_of(arm) == session_of(over)
         m["throughput"] = {
             "status": run.get("status"), "wall_seconds": mine, "num_problems": run.get("num_problems"),
             "num_solved": run.get("num_solved"), "max_concurrency": run.get("max_concurrency"),
             "problems_per_minute": 60 * m["num_problems"] / mine if mine else None,
             "output_tokens_per_second": _ratio((m["num_tokens_mean"] or 0) * m["num_problems"], mine or 0),
-            "speedup": base / mine if base and mine else None, "over": over if base and mine else None}
+            "speedup": base / mine if same_session else None, "over": over if same_session else None,
+            "other_session": bool(base and mine) and not same_session}
     return lat, tp
 
 
@@ -331,7 +345,8 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
                 tp = m["throughput"]
                 wall = (_seconds(tp["wall_seconds"]) if tp["status"] == "complete" else
                         f"{tp['status'] or 'not run'} ({tp['num_solved'] or 0} of {tp['num_problems']})")
-                speed = _fmt(tp["speedup"], ".2f", "×")
+                speed = ("not compared: timed in another session than the baseline" if tp.get("other_session")
+                         else _fmt(tp["speedup"], ".2f", "×"))
             else:
                 wall = "-"
                 speed = ("-" if m["speedup"]["median"] is None else
