@@ -30,36 +30,49 @@ test-fast:
 	bash scripts/bootstrap.sh
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not pair" $(PYTEST_ARGS)
 
-# The verifier comparison on the first 100 GSM8K test problems, in one resumable run:
-# target-only; specreason with the 0-9 score judge; specreason with the likelihood judge
-# from lossless to loose (exact: only the target's greedy token passes; typed: the
-# judge's defaults, floor -5 and digits/operators must be the target's top token;
-# loose: floor -8, any digit the floor lets through); lookahead with the likelihood judge.
-# Suffix decoding runs inside the 1.5B in every arm (the fastest token-level method for
-# it here: 1.72x alone, `make bench-tokens`; and no third model in memory). Throughput mode first (per arm,
-# all 100 problems at once, wall time measured), then latency mode on the first 30 for
-# target-only, sr-score and sr-lik-typed. `make bench` resumes the run when its
-# directory holds one (`stepspec bench --resume BENCH_DIR`; an arm cut short runs again).
+# The verifier comparison on the first 100 GSM8K test problems, in two resumable runs
+# (each resumes where it stopped: `stepspec bench --resume DIR`; an arm cut short runs again).
+# Suffix decoding runs inside the 1.5B in every arm (the fastest token-level method for it
+# here: 1.72x alone, `make bench-tokens`; and no third model in memory); 640 tokens.
+# 1. BENCH_DIR: target-only; specreason with the 0-9 score judge; specreason with the
+#    likelihood judge from lossless to loose (exact: only the target's greedy token passes;
+#    typed: floor -5 and digits/operators must be the target's top token; loose: floor -8),
+#    all with the draft writing from the first step (first_target_steps=0). Throughput
+#    (per arm, all 100 at once, wall time) and latency (first 30, one at a time, interleaved)
+#    for target-only, sr-score and sr-lik-typed.
+# 2. BENCH_PLAN_DIR, all timed in one session: target-only; specreason's default (typed
+#    likelihood, the target writes the first two steps, the opening and the plan); lookahead
+#    with the likelihood judge. Throughput for all three, latency for the first two.
 BENCH_DIR ?= benchmarks/measured/gsm8k100_verify_cpu
-BENCH_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-loose,la-lik \
+BENCH_PLAN_DIR ?= benchmarks/measured/gsm8k100_verify_plan_cpu
+BENCH_COMMON = --dataset gsm8k --limit 100 --mode both --latency-limit 30 \
+	--spec suffix --max-tokens 640 --kv-cache-gib 1.5 --max-num-seqs 100
+BENCH_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-loose \
+	--latency-strategies target-only,sr-score,sr-lik-typed \
 	--opt sr-score.strategy=specreason --opt sr-score.judge=score \
 	--opt sr-lik-exact.strategy=specreason --opt sr-lik-exact.judge=likelihood --opt sr-lik-exact.judge.max_rank=1 \
 	--opt sr-lik-exact.judge.floor=none --opt sr-lik-exact.judge.math_max_rank=none \
 	--opt sr-lik-typed.strategy=specreason --opt sr-lik-typed.judge=likelihood \
 	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood --opt sr-lik-loose.judge.floor=-8 \
 	--opt sr-lik-loose.judge.math_max_rank=none \
+	$(foreach arm,sr-score sr-lik-exact sr-lik-typed sr-lik-loose,--opt $(arm).first_target_steps=0)
+BENCH_PLAN_ARMS = --strategies target-only,sr-lik-plan,la-lik --latency-strategies target-only,sr-lik-plan \
+	--opt sr-lik-plan.strategy=specreason --opt sr-lik-plan.judge=likelihood --opt sr-lik-plan.first_target_steps=2 \
 	--opt la-lik.strategy=lookahead --opt la-lik.judge=likelihood
 bench: setup
-	@if ls $(BENCH_DIR)/results_*.json >/dev/null 2>&1; then \
-		echo "resuming the run in $(BENCH_DIR)"; \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(BENCH_DIR); \
-	else \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench --dataset gsm8k --limit 100 --mode both --latency-limit 30 \
-			--latency-strategies target-only,sr-score,sr-lik-typed $(BENCH_ARMS) \
-			--spec suffix --max-tokens 640 --kv-cache-gib 1.5 --max-num-seqs 100 --output-dir $(BENCH_DIR); \
-	fi
+	$(call bench_run,$(BENCH_DIR),$(BENCH_ARMS))
+	$(call bench_run,$(BENCH_PLAN_DIR),$(BENCH_PLAN_ARMS))
 
-# token-level methods (none, ngram, suffix, draft) inside the target, side by side
+# $(call bench_run,DIR,ARMS): resume the run in DIR, or start it.
+define bench_run
+	@if ls $(1)/results_*.json >/dev/null 2>&1; then \
+		echo "resuming the run in $(1)"; \
+		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(1); \
+	else \
+		$(RUN_FAST) $(VENV)/bin/stepspec bench $(BENCH_COMMON) $(2) --output-dir $(1); \
+	fi
+endef
+
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
 

@@ -7,7 +7,11 @@ tokens, cut steps. Run one arm after another (two cores):
 
     python benchmarks/likelihood_sweep.py OUT.jsonl target-only,typed-5,typed-3
 
-Results: benchmarks/measured/likelihood_defaults_gsm8k100-129/.
+Results: benchmarks/measured/likelihood_defaults_gsm8k100-129/arms.jsonl (target-only
+19/30; typed-5 17; typed-3 17; typed-5-contrast4 17; typed-5-plan2, the target writing
+the first two steps, 19: specreason's default first_target_steps=2 comes from it).
+Each arm sets first_target_steps itself, so the rows keep their meaning when the
+strategy's default changes.
 """
 import asyncio
 import json
@@ -21,11 +25,16 @@ from workflows.graders import get_grader
 
 ARMS = {
     "target-only": dict(strategy="target-only"),
-    "typed-5": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-5.0, math_max_rank=1), backoff=False),
-    "typed-3": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-3.0, math_max_rank=1), backoff=False),
-    "typed-2": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-2.0, math_max_rank=1), backoff=False),
-    "score": dict(strategy="specreason", judge="score", backoff=False),
-    "rank2-math1": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=None, max_rank=2, math_max_rank=1), backoff=False),
+    "typed-5": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-5.0, math_max_rank=1), backoff=False, first_target_steps=0),
+    "typed-3": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-3.0, math_max_rank=1), backoff=False, first_target_steps=0),
+    "typed-2": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-2.0, math_max_rank=1), backoff=False, first_target_steps=0),
+    "typed-5-plan2": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=-5.0, math_max_rank=1),
+                          first_target_steps=2, backoff=False),
+    "typed-5-contrast4": dict(strategy="specreason", judge="likelihood",
+                              judge_options=dict(floor=-5.0, math_max_rank=1, contrast=-4.0), backoff=False,
+                              first_target_steps=0),
+    "score": dict(strategy="specreason", judge="score", backoff=False, first_target_steps=0),
+    "rank2-math1": dict(strategy="specreason", judge="likelihood", judge_options=dict(floor=None, max_rank=2, math_max_rank=1), backoff=False, first_target_steps=0),
 }
 
 async def main(out):

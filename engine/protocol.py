@@ -18,6 +18,12 @@ class EngineError(RuntimeError):
     """A backend failed in a way the user can act on; the message says how."""
 
 
+class EngineUnavailableError(EngineError):
+    """The engine stopped answering altogether (its server is down or its process died):
+    every later call fails the same way until it is restarted, so a caller running many
+    independent calls stops starting new ones."""
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A model that generates, scores next tokens, tokenizes and reports stats."""

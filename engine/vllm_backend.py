@@ -19,9 +19,11 @@ import asyncio
 import itertools
 import logging
 import os
+import sys
 import time
 from typing import Any, Mapping, Sequence
 
+from engine.logs import log_tail
 from engine.protocol import EngineError
 from engine.stats import EngineStats, SpecDecodingStats
 from engine.types import (
@@ -40,6 +42,8 @@ from engine.types import (
 )
 
 logger = logging.getLogger(__name__)
+
+SHUTDOWN_SECONDS = 20.0  # how long close() waits for the engine's processes to exit
 
 GiB = 1 << 30
 
@@ -172,6 +176,13 @@ class VLLMEngine:
             # Binding OpenMP threads to every allowed core measured ~1.6x faster than
             # vLLM's "auto" binding on a 2-core machine.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{n - 1}" if n > 1 else "0")
+            if self.speculative_config and "libiomp" not in os.environ.get("LD_PRELOAD", ""):
+                # vLLM says so in its worker's log, which stepspec keeps off the terminal
+                logger.warning(
+                    "engine '%s': token-level speculation on CPU without Intel OpenMP preloaded is slower "
+                    "(measured here: 1.1-1.3x); run with LD_PRELOAD=%s (the Makefile's targets do)",
+                    self.name, os.path.join(sys.prefix, "lib", "libiomp5.so"),
+                )
             if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
                 logger.warning(
                     "VLLM_CPU_KVCACHE_SPACE=%s overrides kv_cache_gib=%s for engine '%s'",
@@ -241,7 +252,7 @@ class VLLMEngine:
                     f"engine '{self.name}' could not start vLLM for model '{self.model}': "
                     f"{type(e).__name__}: {e}. Check the model path or preset "
                     "(`stepspec models list`), kv_cache_gib against free memory, and "
-                    "the speculative_config keys."
+                    "the speculative_config keys." + log_tail()
                 ) from e
             self._tokenizer = self._llm.get_tokenizer()
             logger.info("engine '%s' started in %.1fs", self.name, time.perf_counter() - t0)
@@ -256,7 +267,13 @@ class VLLMEngine:
         if self._llm is not None:
             self._stats.peak_rss_bytes, _ = self._rss()
             llm, self._llm = self._llm, None
-            llm.shutdown()
+            # The engine core stops its worker first (vLLM's worker grace is 5 s, then a
+            # SIGTERM), so a longer wait than vLLM's 5 s lets it exit by itself instead of
+            # being force-killed. In a thread, so a reasoner's engines stop side by side;
+            # the output handler stops first, or it would report the dying engine as an error.
+            if (handler := getattr(llm, "output_handler", None)) is not None:
+                handler.cancel()
+            await asyncio.to_thread(llm.shutdown, timeout=SHUTDOWN_SECONDS)
 
     # -- tokenizer -----------------------------------------------------------------
 
@@ -338,6 +355,9 @@ class VLLMEngine:
         except asyncio.CancelledError:
             await self._llm.abort(request_id)
             raise
+        except Exception as e:  # EngineDeadError and kin: this engine cannot answer any more
+            raise EngineError(f"engine '{self.name}' failed during a request: {type(e).__name__}: {e}"
+                              + log_tail()) from e
         return final
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:

@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
@@ -32,6 +32,12 @@ from orchestrator.trace import StepRecord, Trace
 from orchestrator.verify_queue import JudgeQueue
 from routers.base import Router, RouterError
 from routers.registry import make_router
+
+if TYPE_CHECKING:
+    from engine.models import PrepareProgress
+
+# Hears an engine start: (role, engine, started): False as it begins, True once it is up.
+EngineStartListener = Callable[[str, Engine, bool], None]
 
 logger = logging.getLogger(__name__)
 
@@ -65,22 +71,31 @@ class _NotLoaded:
         raise RuntimeError(f"engine '{self.name}' is not loaded (configuration check only)")
 
 
+def check_reasoner(target: str = "target", draft: str | None = None, **options: Any) -> None:
+    """Raise what ``Reasoner(...)`` would for ``options`` (an unknown strategy, judge, router
+    or option name, a bad option value, a strategy that needs a draft without one), with
+    no engine loaded. ``target``/``draft``: the engines' names (draft None: no draft engine)."""
+    Reasoner(_NotLoaded(target), _NotLoaded(draft) if draft else None, **options)
+
+
 def build_engines(target: str, draft: str | None, *, target_spec: str = "none", draft_spec: str = "none",
                   num_speculative_tokens: int | None = None, kv_cache_gib: float = 1.0, max_model_len: int = 4096,
-                  max_num_seqs: int = 32, draft_engine: bool = True) -> tuple[Engine, Engine | None]:
+                  max_num_seqs: int = 32, draft_engine: bool = True,
+                  on_prepare: PrepareProgress | None = None) -> tuple[Engine, Engine | None]:
     """In-process vLLM engines (not started) for model presets, folders or hub ids.
 
     ``target_spec``/``draft_spec``: token-level speculation inside each engine
     (none, ngram, suffix, draft; ``draft`` on the target uses the draft model as
     its token drafter). ``max_num_seqs``: sequences each engine decodes in one
     batch (raise it to serve more problems at once). ``draft_engine=False``: no
-    engine for the draft model (it may still draft tokens inside the target)."""
+    engine for the draft model (it may still draft tokens inside the target).
+    ``on_prepare`` hears the progress of preparing a bundled model not prepared yet."""
     from engine.models import resolve_model
     from engine.speculation import speculative_config
     from engine.vllm_backend import VLLMEngine
 
-    target_path = resolve_model(target)
-    draft_path = resolve_model(draft) if draft else None
+    target_path = resolve_model(target, on_progress=on_prepare)
+    draft_path = resolve_model(draft, on_progress=on_prepare) if draft else None
     if target_spec == "draft" and draft_path is None:
         raise ValueError("target_spec='draft' drafts tokens with the draft model; give draft=...")
     if draft_spec == "draft":
@@ -163,30 +178,43 @@ class Reasoner:
     @classmethod
     def from_models(cls, target: str = "qwen2.5-coder-1.5b", draft: str | None = "qwen2.5-coder-0.5b", *,
                     target_spec: str = "none", draft_spec: str = "none", num_speculative_tokens: int | None = None,
-                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, **options: Any) -> "Reasoner":
+                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, on_prepare: PrepareProgress | None = None,
+                    **options: Any) -> "Reasoner":
         """A reasoner over in-process vLLM engines for model presets, folders or hub ids
         (the draft engine only for strategies that draft steps).
 
         ``target_spec``/``draft_spec``: token-level speculation inside each engine
         (none, ngram, suffix, draft; ``draft`` on the target uses the draft model
-        as its token drafter)."""
-        cls(_NotLoaded(target), _NotLoaded(draft) if draft else None, **options)  # bad options fail before any load
+        as its token drafter). ``on_prepare``: see :func:`build_engines`."""
+        check_reasoner(target, draft, **options)  # bad options fail before any load
         needs_draft = get_strategy(options.get("strategy", "specreason")).needs_draft
         target_engine, draft_engine = build_engines(
             target, draft if needs_draft or target_spec == "draft" else None, target_spec=target_spec,
             draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
-            max_model_len=max_model_len, draft_engine=needs_draft)
+            max_model_len=max_model_len, draft_engine=needs_draft, on_prepare=on_prepare)
         reasoner = cls(target_engine, draft_engine, **options)
         reasoner._owned = [e for e in (target_engine, draft_engine) if e is not None]
         return reasoner
 
     # -- async API -----------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start the engines (model load; once): solving starts them when needed."""
-        for engine in (self.target, self.draft):
-            if engine is not None:
-                await engine.start()
+    def engines_in_use(self) -> dict[str, Engine]:
+        """The engines the strategy uses, by role: the target (unless the strategy never asks
+        it, ``draft-only``) and the draft (strategies that draft steps)."""
+        roles = {"target": self.target} if self.strategy.needs_target else {}
+        if self.strategy.needs_draft and self.draft is not None:
+            roles["draft"] = self.draft
+        return roles
+
+    async def start(self, on_engine: EngineStartListener | None = None) -> None:
+        """Start the engines in use (model load; once): solving starts them when needed.
+        ``on_engine(role, engine, started)`` hears each start begin and end."""
+        for role, engine in self.engines_in_use().items():
+            if on_engine is not None:
+                on_engine(role, engine, False)
+            await engine.start()
+            if on_engine is not None:
+                on_engine(role, engine, True)
 
     async def asolve(self, question: str, on_step: Callable[[StepRecord], None] | None = None, *,
                      rules: StepRules | None = None, draft: Engine | None = None) -> Solution:
@@ -231,8 +259,7 @@ class Reasoner:
         return list(await asyncio.gather(*(one(i, q) for i, q in enumerate(questions))))
 
     async def aclose(self) -> None:
-        for engine in self._owned:
-            await engine.close()
+        await asyncio.gather(*(engine.close() for engine in self._owned))
 
     async def __aenter__(self) -> "Reasoner":
         return self
@@ -255,9 +282,9 @@ class Reasoner:
             self._runner = asyncio.Runner()
         return self._runner.run(coro)
 
-    def load(self) -> None:
+    def load(self, on_engine: EngineStartListener | None = None) -> None:
         """Start the engines now (sync API); otherwise the first solve does."""
-        self._run(self.start())
+        self._run(self.start(on_engine))
 
     def solve(self, question: str, on_step: Callable[[StepRecord], None] | None = None) -> Solution:
         return self._run(self.asolve(question, on_step))

@@ -46,6 +46,8 @@ class Strategy:
     run: Callable[..., Awaitable[Trace]]
     needs_draft: bool
     default_judge: str | None  # None: the strategy takes no judge
+    # Whether the target model writes or judges anything (draft-only: no, so no target engine starts).
+    needs_target: bool = True
     # Whether the judge sees the target's own step (equivalence judges need it).
     judge_sees_target_step: bool = False
     needs_router: bool = False  # decisions come from a router (routers/), not a judge
@@ -65,7 +67,7 @@ STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
         Strategy("target-only", target_only, needs_draft=False, default_judge=None),
-        Strategy("draft-only", draft_only, needs_draft=True, default_judge=None),
+        Strategy("draft-only", draft_only, needs_draft=True, default_judge=None, needs_target=False),
         Strategy("specreason", specreason, needs_draft=True, default_judge="likelihood"),
         Strategy("lookahead", lookahead, needs_draft=True, default_judge="cascade", judge_sees_target_step=True),
         Strategy("spec-thinking", spec_thinking, needs_draft=True, default_judge=None),
@@ -91,4 +93,6 @@ def check_options(strategy: Strategy, options: dict[str, Any]) -> None:
     unknown = sorted(set(options) - set(strategy.options))
     if unknown:
         takes = ", ".join(strategy.options) or "no options"
-        raise StrategyError(f"strategy '{strategy.name}' has no option {', '.join(unknown)}; it takes: {takes}")
+        close = difflib.get_close_matches(unknown[0], strategy.options, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise StrategyError(f"strategy '{strategy.name}' has no option {', '.join(unknown)}{hint}; it takes: {takes}")

@@ -1,4 +1,19 @@
+"""Shared fixtures, and the rule that markers say what a test needs (pyproject.toml):
+
+* ``vllm``: the test needs vLLM itself (it starts a real engine or imports vllm); every
+  ``pair`` and every ``server`` test is also ``vllm``. Where vLLM is not installed these
+  tests are skipped, so ``pytest -m "not vllm"`` needs only ``pip install stepspec[dev]``.
+* torch, transformers, sentence-transformers and the other optional extras, where a test
+  needs them without vLLM: ``pytest.importorskip`` inside the test or a fixture.
+* Nothing heavy at collection: test modules import vllm/torch/transformers lazily.
+
+Enforced here: a test without the ``vllm`` marker that imports vllm fails, naming
+the marker; a test module that imports vllm, torch or transformers when it is collected
+is a usage error.
+"""
+
 import asyncio
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -10,6 +25,49 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
+
+HEAVY = ("vllm", "torch", "transformers")
+_LOADED_BEFORE_COLLECTION = {m for m in HEAVY if m in sys.modules}  # by a plugin, say: not ours to judge
+
+
+def pytest_collection_finish(session):
+    loaded = sorted(m for m in HEAVY if m in sys.modules and m not in _LOADED_BEFORE_COLLECTION)
+    if loaded:
+        raise pytest.UsageError(
+            f"collecting the tests imported {', '.join(loaded)}: import them inside the tests or fixtures "
+            "that need them (pytest.importorskip), so that `pytest -m 'not vllm'` runs without them")
+
+
+_VLLM_WAS_LOADED = pytest.StashKey[bool]()
+
+
+def _check_unmarked_vllm_import(item) -> None:
+    if not item.stash[_VLLM_WAS_LOADED] and "vllm" in sys.modules and not item.get_closest_marker("vllm"):
+        pytest.fail(f"{item.nodeid} imported vllm but is not marked `vllm`: add @pytest.mark.vllm "
+                    "(and `pair` or `server` where it needs the bundled pair or a server)", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("vllm") and importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM (marker `vllm`): pip install 'stepspec[cpu]' or 'stepspec[gpu]'")
+    item.stash[_VLLM_WAS_LOADED] = "vllm" in sys.modules
+    result = yield  # the fixtures: an unmarked test's fixture that imports vllm is caught too
+    _check_unmarked_vllm_import(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    _check_unmarked_vllm_import(item)
+    return result
+
+
+@pytest.fixture
+def torch():
+    """torch (it comes with vLLM), or the test is skipped where it is not installed."""
+    return pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,7 @@ class ScriptedEngine:
         self.scored: list[tuple[str, list[str]]] = []  # (prefix, continuation tokens) per scored request
         self.prompts: list[str] = []
         self.num_calls = 0
+        self.started = False
         self._stats = EngineStats()
 
     @property
@@ -66,7 +67,7 @@ class ScriptedEngine:
         return EngineInfo(name=self.name, backend="scripted", model=self.name)
 
     async def start(self) -> None:
-        pass
+        self.started = True
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.num_calls += 1

@@ -132,7 +132,7 @@ def test_iteration_limit_stops_the_loop():
 def run_specreason(draft_call, target_call, accept, tools):
     draft = agent_engine([draft_call])
     target = agent_engine([target_call])
-    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(accept))
+    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(accept), first_target_steps=0)
     return Agent(reasoner, tools=tools).run("What is 2 + 3?")
 
 

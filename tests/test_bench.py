@@ -51,7 +51,7 @@ def engines():
 
 def spec_for(data, **kw):
     # the scripted target rates steps 0-9: specreason with the score judge
-    kw.setdefault("strategy_options", {"specreason": {"judge": "score"}})
+    kw.setdefault("strategy_options", {"specreason": {"judge": "score", "first_target_steps": 0}})
     return BenchSpec(dataset=str(data), question_field="q", answer_field="a", strategies=STRATEGIES, **kw)
 
 
@@ -254,8 +254,10 @@ def slow_engines():
 # Two arms of specreason: the strict one rejects the draft's wrong answers (1.0), the lax one
 # (threshold 0) keeps every drafted step, so it is as wrong as the draft (0.5).
 ARMS = ("target-only", "sr-strict", "sr-lax")
-ARM_OPTIONS = {"sr-strict": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 7}},
-               "sr-lax": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 0}}}
+ARM_OPTIONS = {"sr-strict": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 7},
+                             "first_target_steps": 0},
+               "sr-lax": {"strategy": "specreason", "judge": "score", "judge_options": {"threshold": 0},
+                          "first_target_steps": 0}}
 
 
 def arm_spec(data, **kw):
@@ -272,7 +274,8 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
     assert m["sr-lax"]["paired"] == {"over": "target-only", "metric": "exact", "num_problems": 4, "lost": 2,
                                      "gained": 0, "net": 2, "accuracy": 0.5, "baseline_accuracy": 1.0}
     assert results["run"]["arms"]["sr-lax"] == {"strategy": "specreason", "judge": "score", "router": None,
-                                                "options": {"judge": "score", "judge_options": {"threshold": 0}}}
+                                                "options": {"judge": "score", "judge_options": {"threshold": 0},
+                                                            "first_target_steps": 0}}
     for arm in ARMS:
         rows = read_samples(tmp_path / "run" / f"samples_add_{arm}.jsonl")
         assert [r["doc_id"] for r in rows] == [0, 1, 2, 3] and {r["strategy"] for r in rows} == {arm}
@@ -280,7 +283,8 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
     assert {r["trace"]["strategy"] for r in lax} == {"specreason"}
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| sr-lax | latency | 4 | 50.0% ± 28.9% | 2 / 0 / +2 |" in report
-    assert "* `sr-lax`: `specreason`; judge `score`; judge=\"score\", judge_options={\"threshold\": 0}" in report
+    assert ("* `sr-lax`: `specreason`; judge `score`; judge=\"score\", judge_options={\"threshold\": 0}, "
+            "first_target_steps=0") in report
     # the saved config reads back: a resumed run finds every arm done
     again = asyncio.run(run_bench(arm_spec(data), tmp_path / "run", resume=True, engines=engines()))
     assert untimed(again["results"]) == untimed(results["results"])

@@ -1,6 +1,7 @@
 """The command line: presets, and bad input that must fail fast with a clear message."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -97,14 +98,21 @@ def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
     target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"cli{seed}"), seed=seed, weight_std=0.5,
                                       tie_word_embeddings=False) for seed in (0, 1))
     out = tmp_path_factory.mktemp("trace") / "trace.json"
+    log_dir = tmp_path_factory.mktemp("logs")
     r = subprocess.run(
         [sys.executable, "-c", "from workflows.cli import main; main()", "solve", "How many eggs are left?",
-         "--strategy", "specreason", "--target", str(target), "--draft", str(draft), "--spec", "none",
+         "--strategy", "specreason", "--first-target-steps", "0", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "8", "--max-tokens", "40", "--max-steps", "5",
          "--kv-cache-gib", "0.25", "--max-model-len", "512", "--trace-out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env={**os.environ, "STEPSPEC_LOG_DIR": str(log_dir)},
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    # quiet: the terminal shows stepspec's lines only; vLLM's (all processes) are in the run log
+    assert r.stderr == "", r.stderr[-3000:]
+    assert "target engine" in r.stdout and "draft engine" in r.stdout and "ready" in r.stdout
+    assert not any(noise in r.stdout for noise in ("INFO", "WARNING", "Loading safetensors", "Triton")), r.stdout
+    (log_file,) = log_dir.glob("engine-*.log")
+    assert "Initializing a V1 LLM engine" in log_file.read_text()
     trace = Trace.from_json(out.read_text())
     assert trace.strategy == "specreason" and trace.num_drafted_steps == len(trace.steps) > 0
     # every step was streamed as it joined the trace, marked by who wrote it
@@ -145,23 +153,23 @@ def test_bench_opt_values_none_and_null_switch_an_option_off():
                                              "tolerance": 2}}}
 
 
-def _makefile_bench_args(output_dir):
-    """The arguments `make bench` gives `stepspec bench` for a new run."""
+def _makefile_bench_runs(tmp_path):
+    """What `make bench` gives `stepspec bench` for each of its two runs when they are new
+    (as make expands it: `make -n`), keyed by output directory name."""
     import re
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "Makefile").read_text().replace("\\\n", " ")
-    arms = re.search(r"^BENCH_ARMS = (.*)$", text, re.M).group(1)
-    command = re.search(r"\$\(VENV\)/bin/stepspec bench (--dataset .*?);", text).group(1)
-    return shlex.split(command.replace("$(BENCH_ARMS)", arms).replace("$(BENCH_DIR)", str(output_dir)))
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(["make", "-n", "-s", "bench", f"BENCH_DIR={tmp_path / 'main'}",
+                          f"BENCH_PLAN_DIR={tmp_path / 'plan'}"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    commands = [shlex.split(c) for c in re.findall(r"else (?:LD_PRELOAD=\S+ )?\S*stepspec bench (.*?); fi", out)]
+    return {Path(args[args.index("--output-dir") + 1]).name: args for args in commands}
 
 
-def test_make_bench_arms_are_valid_and_saved_as_given(tmp_path, monkeypatch):
-    """`make bench`'s command line, up to the engines (scripted ones that solve nothing):
-    every arm builds its reasoner, and the run's config holds the arms, modes and limits."""
-    import asyncio
-
+def _bench_config(args, monkeypatch):
+    """The run's spec and each arm's checked reasoner, as `stepspec bench ARGS` would save them."""
     from typer.testing import CliRunner
 
     import workflows.bench as bench
@@ -174,37 +182,51 @@ def test_make_bench_arms_are_valid_and_saved_as_given(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bench, "run_bench", no_run)
-    run = tmp_path / "run"
-    args = _makefile_bench_args(run)
-    assert args[args.index("--output-dir") + 1] == str(run)
     r = CliRunner().invoke(app, ["bench", *args, "--no-progress"])
     assert r.exit_code == 130, r.output  # the stand-in's Ctrl-C
     spec = built["spec"]
-    assert str(built["run_dir"]) == str(run)
+    assert str(built["run_dir"]) == args[args.index("--output-dir") + 1]
     checked = spec.reasoners(_NotLoaded("target"), _NotLoaded("draft"))
+    arms = {a: bench.arm_info(spec, a, checked[a]) for a in spec.strategies}
+    return spec.model_dump(mode="json"), checked, {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms}
+
+
+def test_make_bench_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
+    """`make bench`'s two command lines, up to the engines: every arm builds its reasoner,
+    and each run's config holds the arms, modes and limits."""
+    runs = _makefile_bench_runs(tmp_path)
+    assert sorted(runs) == ["main", "plan"]
+    for config in (_bench_config(args, monkeypatch)[0] for args in runs.values()):
+        assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
+        assert config["limit"] == 100 and config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 1.5
+        assert config["max_tokens"] == 640 and config["target_spec"] == "suffix"
+
+    config, checked, arms = _bench_config(runs["main"], monkeypatch)
     exact = checked["sr-lik-exact"].judge
     assert (exact.floor, exact.max_rank, exact.math_max_rank) == (None, 1, None)
     loose = checked["sr-lik-loose"].judge
     assert (loose.floor, loose.max_rank, loose.math_max_rank) == (-8, None, None)
     typed = checked["sr-lik-typed"].judge
     assert (typed.floor, typed.math_max_rank) == (-5.0, 1)
-    saved = {"config": spec.model_dump(mode="json"),
-             "run": {"arms": {a: bench.arm_info(spec, a, checked[a]) for a in spec.strategies}}}
-    config = saved["config"]
-    assert config["strategies"] == ["target-only", "sr-score", "sr-lik-exact", "sr-lik-typed", "sr-lik-loose",
-                                    "la-lik"]
-    assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30 and config["limit"] == 100
+    assert config["strategies"] == ["target-only", "sr-score", "sr-lik-exact", "sr-lik-typed", "sr-lik-loose"]
     assert config["latency_strategies"] == ["target-only", "sr-score", "sr-lik-typed"]
-    assert config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 1.5 and config["max_tokens"] == 640
-    assert config["target_spec"] == "suffix"
     options = config["strategy_options"]
     assert options["sr-lik-exact"]["judge_options"] == {"max_rank": 1, "floor": None, "math_max_rank": None}
     assert options["sr-lik-loose"]["judge_options"] == {"floor": -8, "math_max_rank": None}
-    arms = saved["run"]["arms"]
-    assert {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms} == {
-        "target-only": ("target-only", None), "sr-score": ("specreason", "score"),
-        "sr-lik-exact": ("specreason", "likelihood"), "sr-lik-typed": ("specreason", "likelihood"),
-        "sr-lik-loose": ("specreason", "likelihood"), "la-lik": ("lookahead", "likelihood")}
+    # the first run's specreason arms let the draft write from the first step
+    assert {a: checked[a].options.get("first_target_steps") for a in config["strategies"][1:]} == dict.fromkeys(
+        config["strategies"][1:], 0)
+    assert arms == {"target-only": ("target-only", None), "sr-score": ("specreason", "score"),
+                    "sr-lik-exact": ("specreason", "likelihood"), "sr-lik-typed": ("specreason", "likelihood"),
+                    "sr-lik-loose": ("specreason", "likelihood")}
+
+    config, checked, arms = _bench_config(runs["plan"], monkeypatch)
+    assert config["strategies"] == ["target-only", "sr-lik-plan", "la-lik"]
+    assert config["latency_strategies"] == ["target-only", "sr-lik-plan"]
+    plan = checked["sr-lik-plan"]
+    assert plan.options["first_target_steps"] == 2 and (plan.judge.floor, plan.judge.math_max_rank) == (-5.0, 1)
+    assert arms == {"target-only": ("target-only", None), "sr-lik-plan": ("specreason", "likelihood"),
+                    "la-lik": ("lookahead", "likelihood")}
 
 
 def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path):

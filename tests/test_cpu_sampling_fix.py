@@ -9,12 +9,15 @@ from importlib.metadata import entry_points
 
 import pytest
 
-torch = pytest.importorskip("torch")
 
-from engine import cpu_sampling_fix
+@pytest.fixture
+def cpu_sampling_fix(torch):
+    from engine import cpu_sampling_fix  # imports torch
+
+    return cpu_sampling_fix
 
 
-def test_expands_per_request_values_to_their_tokens():
+def test_expands_per_request_values_to_their_tokens(torch, cpu_sampling_fix):
     x = torch.tensor([0.8, 0.0, 1.3])
     out = cpu_sampling_fix.expand_batch_to_tokens(
         x, torch.tensor([2, 5, 6], dtype=torch.int32), 6, replace_from=0, replace_to=1
@@ -25,14 +28,14 @@ def test_expands_per_request_values_to_their_tokens():
     assert x.tolist() == pytest.approx([0.8, 0.0, 1.3])
 
 
-def test_requests_without_tokens_and_integer_values():
+def test_requests_without_tokens_and_integer_values(torch, cpu_sampling_fix):
     top_k = torch.tensor([5, 7, 9, 11], dtype=torch.int32)
     out = cpu_sampling_fix.expand_batch_to_tokens(top_k, torch.tensor([0, 2, 2, 3]), 3)
     assert out.dtype == torch.int32
     assert out.tolist() == [7, 7, 11]
 
 
-def test_mismatched_lengths_are_an_error():
+def test_mismatched_lengths_are_an_error(torch, cpu_sampling_fix):
     with pytest.raises(ValueError, match="3 values for 2 requests"):
         cpu_sampling_fix.expand_batch_to_tokens(torch.ones(3), torch.tensor([1, 2]), 2)
 
@@ -42,8 +45,8 @@ def test_declared_as_a_vllm_plugin():
     assert plugins.get("stepspec_cpu_sampling_fix") == "engine.cpu_sampling_fix:register"
 
 
-def test_register_patches_the_rejection_sampler_on_cpu_only():
-    pytest.importorskip("vllm")
+@pytest.mark.vllm
+def test_register_patches_the_rejection_sampler_on_cpu_only(cpu_sampling_fix):
     from vllm.platforms import current_platform
     from vllm.v1.sample import rejection_sampler
 

@@ -2,7 +2,8 @@
 
 Model-asking judges run here over a scripted engine (what the model "answers"
 is chosen by the test); the score judge runs on real vLLM in test_vllm_backend.
-The embedding judge uses the real bundled MiniLM.
+The embedding judge uses the real bundled MiniLM (sentence-transformers, from
+stepspec[models]; skipped where it is not installed).
 """
 
 import asyncio
@@ -48,6 +49,7 @@ def test_exact_judge():
 
 @pytest.fixture(scope="module")
 def embedding_judge():
+    pytest.importorskip("sentence_transformers", reason="the embedding judge needs stepspec[models]")
     return EmbeddingJudge()
 
 

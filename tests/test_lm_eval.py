@@ -44,7 +44,7 @@ def test_the_harness_scores_a_specreason_reasoner(tmp_path):
         next_token=lambda p: [("9", 0.0)] if "\\boxed{%d}" % (number(p) + 10) in p or "\\boxed" not in p else [("0", 0.0)])
     draft = ScriptedEngine(
         "draft", continuation=lambda p: "Add ten.\n\n" if "Add ten." not in p else "\\boxed{%d}" % (number(p) + 10 + number(p) % 2))
-    lm = StepspecLM(reasoner=Reasoner(target, draft, strategy="specreason", judge="score"))
+    lm = StepspecLM(reasoner=Reasoner(target, draft, strategy="specreason", judge="score", first_target_steps=0))
     try:
         out = lm_eval.simple_evaluate(model=lm, tasks=["gsm8k_stepspec_tmp"], limit=3, log_samples=True,
                                       task_manager=TaskManager(include_path=str(local_task(tmp_path, data))))

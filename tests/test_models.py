@@ -74,6 +74,20 @@ def test_prepare_assembles_verifies_and_is_idempotent(fake_preset, tmp_path):
     assert _cache_entries(tmp_path) == ["fake-model"]  # no temp folders left
 
 
+def test_prepare_reports_bytes_verified_then_the_conversion(fake_preset, tmp_path):
+    _, site, _ = fake_preset
+    events = []
+    models.prepare("fake-model", on_progress=lambda what, done, total: events.append((what, done, total)))
+    assembling = [e for e in events if "assembling and verifying" in e[0]]
+    total = sum(p.stat().st_size for p in site.glob("fakemodel_part*/data/*.bin"))
+    assert assembling[0][1:] == (0, total) and assembling[-1][1:] == (total, total)
+    assert [d for _, d, _ in assembling] == sorted(d for _, d, _ in assembling)
+    assert events[-1] == ("fake-model: converting to safetensors (float32)", 0, None)
+    events.clear()
+    models.prepare("fake-model", on_progress=lambda *e: events.append(e))
+    assert events == []  # prepared already: nothing to report
+
+
 def test_missing_part_names_the_package_and_the_fix(fake_preset, tmp_path):
     _, site, _ = fake_preset
     import shutil

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 from engine.openai_backend import OpenAIEngine
@@ -32,6 +28,7 @@ from engine.types import (
     SamplingSpec,
     ScoredToken,
 )
+from tests.openai_server import free_port, start_vllm_server, stop_process, wait_healthy
 from tests.tiny_models import build_tiny_model
 
 MAX_MODEL_LEN = 1024
@@ -40,15 +37,8 @@ PROMPT = "How many clips did Natalia sell"
 TOKEN_PROMPT_TEXT = "Let me check: 12 / 60 ="
 MAX_TOKENS = 24
 TOP_K = 5
-SERVER_START_TIMEOUT_S = 240.0
 # A continuation the tiny model would not write itself (scored after TOKEN_PROMPT_TEXT).
 SCORED_TEXT = " 0.2 per minute, 0.2 * 50 = 10."
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(coro):
@@ -59,7 +49,7 @@ def _run(coro):
 
 
 def test_dead_server_fails_after_bounded_retries():
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "m", max_retries=2, retry_backoff_s=0.01)
     assert isinstance(engine, Engine)
 
@@ -452,46 +442,6 @@ def test_score_continuations_errors(stub):
 # -- real vLLM server ----------------------------------------------------------------
 
 
-def _stop_process(proc: subprocess.Popen) -> None:
-    """Terminate the server by its PID, then any of its children that outlive it."""
-    import psutil
-
-    if proc.poll() is not None:
-        return
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-    _, alive = psutil.wait_procs(children, timeout=10)
-    for child in alive:
-        child.kill()
-    psutil.wait_procs(alive, timeout=10)
-
-
-def _log_tail(path: Path, num_lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
-
-
-def _wait_healthy(proc: subprocess.Popen, base_url: str, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM server exited with {proc.returncode}:\n{_log_tail(log)}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass  # not up yet
-        time.sleep(0.5)
-    pytest.fail(f"vLLM server not healthy after {SERVER_START_TIMEOUT_S:.0f}s:\n{_log_tail(log)}")
-
-
 async def _reference_outputs(model_path: Path, token_prompt: list[int]) -> dict:
     """What the in-process backend answers for the prompts the server tests use."""
     from engine.vllm_backend import VLLMEngine
@@ -539,35 +489,22 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("openai_backend")
     model_path = build_tiny_model(root / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    port = _free_port()
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = dict(
-        os.environ,
-        VLLM_CPU_KVCACHE_SPACE="1",
-        HF_HUB_OFFLINE="1",
-        VLLM_HOST_IP="127.0.0.1",
-        VLLM_CPU_OMP_THREADS_BIND="0-1",
-    )
     log = root / "server.log"
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_path), "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
-        "--enforce-eager", "--max-logprobs", "20",
-    ]  # fmt: skip
-    with open(log, "wb") as log_file:
-        proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    proc = start_vllm_server(model_path, port, log, served_name=SERVED_NAME, max_model_len=MAX_MODEL_LEN,
+                             args=["--max-logprobs", "20"])
     try:
         token_prompt = tokenizer.encode(TOKEN_PROMPT_TEXT, add_special_tokens=False)
         reference = _run(_reference_outputs(model_path, token_prompt))
         reference["token_prompt"] = token_prompt
-        _wait_healthy(proc, base_url, log)
+        wait_healthy(proc, base_url, log)
         yield base_url, model_path, reference, tokenizer
     finally:
-        _stop_process(proc)
+        stop_process(proc)
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_matches_in_process_backend(served):
     base_url, _, ref, _ = served
@@ -618,6 +555,7 @@ def test_matches_in_process_backend(served):
     assert info.backend == "openai" and info.max_model_len == MAX_MODEL_LEN
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_score_continuations_match_in_process_backend(served):
     base_url, _, ref, _ = served
@@ -654,6 +592,7 @@ def test_score_continuations_match_in_process_backend(served):
     assert stats.num_prompt_tokens == sum(w.num_prompt_tokens for w in want)
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_stop_strings_length_and_token_prompt(served):
     base_url, _, ref, tokenizer = served
@@ -704,6 +643,7 @@ def test_stop_strings_length_and_token_prompt(served):
     assert all(c.num_output_tokens == 3 for c in sampled.completions)
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_tokenizer_endpoints_match_local_tokenizer(served):
     base_url, model_path, _, tokenizer = served
@@ -737,6 +677,7 @@ def test_tokenizer_endpoints_match_local_tokenizer(served):
         _run(local.close())
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_unknown_model_lists_served_names(served):
     base_url, _, _, _ = served
@@ -754,6 +695,7 @@ def test_unknown_model_lists_served_names(served):
         OpenAIEngine(base_url, "tinyy").count_tokens("hi")
 
 
+@pytest.mark.vllm
 @pytest.mark.server
 def test_over_long_prompt_carries_server_message(served):
     base_url, _, _, _ = served

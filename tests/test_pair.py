@@ -4,8 +4,6 @@ Slow (minutes): every engine loads a real model. `make test` prepares the pair
 first; run alone with `pytest -m pair`.
 """
 
-
-import psutil
 import pytest
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_EMBEDDING, BUNDLED_TARGET, is_prepared, resolve_model
@@ -18,7 +16,7 @@ from orchestrator.prompts import opening_messages
 from workflows.datasets import load_problems
 from orchestrator.stepgen import opening_prompt as build_prompt
 
-pytestmark = pytest.mark.pair
+pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
 MAX_TOKENS = 48
 GiB = 2**30
@@ -110,6 +108,8 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
     A separate 0.5B draft engine (what step-level strategies use) and the
     embedding model are alive at the same time; all of it must fit the machine.
     """
+    import psutil  # installed with vLLM
+
     target = target_engine(pair[0], "target+draft", speculative_config("draft", draft_model=pair[1]))
     draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5,
                        engine_args={"enforce_eager": True})

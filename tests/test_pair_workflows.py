@@ -12,7 +12,7 @@ from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
 from workflows.datasets import load_problems
 from workflows.graders import get_grader
 
-pytestmark = pytest.mark.pair
+pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
 EXAMPLES = Path(__file__).parent.parent / "workflows" / "examples"
 
@@ -35,11 +35,15 @@ def test_gsm8k_example_runs_from_the_command_line(tmp_path):
     saved = json.loads(record.read_text())
     solve = saved["nodes"]["solve"]
     assert saved["status"] == "complete" and solve["status"] == "done"
-    assert solve["details"]["stats"]["num_drafted_steps"] >= 1 and solve["text"]
-    assert saved["outputs"]["answer"] == solve["output"]
-    print(f"\nanswer {solve['output']!r} (19 expected), {solve['seconds']:.0f} s, "
-          f"{solve['details']['stats']['num_accepted_steps']}/{solve['details']['stats']['num_drafted_steps']} "
-          "drafted steps accepted")
+    stats = solve["details"]["stats"]
+    # SpecReason ran: the draft proposed steps and the target's judge ruled on each of them
+    assert 0 <= stats["num_accepted_steps"] <= stats["num_drafted_steps"] and stats["num_drafted_steps"] >= 1
+    assert stats["num_judge_calls"] >= stats["num_drafted_steps"]
+    # the trace stopped on its answer, and the workflow's output is that answer (not the
+    # whole text the runner falls back to without one). Whether the answer is right (19) is
+    # the pair's accuracy, which `make bench` measures over many problems, not this test.
+    assert stats["stop_reason"] == "answer" and solve["answer"] and solve["answer"] in solve["text"]
+    assert saved["outputs"]["answer"] == solve["answer"] != solve["text"]
 
 
 # GSM8K test problems short enough for a 384-token agent on two CPU cores
@@ -49,6 +53,7 @@ AGENT_PROBLEMS = (1, 3, 6)
 def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
     """The calculator_agent example, in process: the agent's thoughts are SpecReason steps
     on the real pair, its calculator calls are parsed, run and fed back, and it answers."""
+    from workflows.agent import OBSERVATION
     from workflows.runner import WorkflowRun
     from workflows.spec import load_workflow
 
@@ -67,12 +72,18 @@ def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
         node = record["nodes"]["answer"]
         assert node["status"] == "done", node["error"]
         used = [c for c in node["details"]["tool_calls"] if c["used"]]
-        calls += used
+        calls += [(c, node["details"]["messages"]) for c in used]
         ok = node["answer"] is not None and grader.grade(f"\\boxed{{{node['answer']}}}", p.reference)["strict"].correct
         correct += ok
         print(f"\n#{p.index}: answer {node['answer']!r} (gold {grader.gold(p.reference)}), "
               f"{len(used)} calculator calls ({sum(c['speculative'] for c in used)} started from the draft), "
               f"{node['details']['iterations']} turns, {node['seconds']:.0f} s")
-    assert calls and all(c["tool"] == "calculator" for c in calls)
-    assert any(c["ok"] for c in calls)  # at least one call the agent wrote was read and computed
+    assert calls
+    # what the agent read back is what the calculator computes for the arguments it wrote,
+    # and every used result was fed back to the agent as an observation
+    calculator = run.tools["calculator"]
+    for c, messages in calls:
+        assert runner.run(calculator.call(c["args"])).observation == c["observation"]
+        assert ["user", f"{OBSERVATION} {c['observation']}"] in messages
+    assert any(c["ok"] for c, _ in calls)  # at least one call the agent wrote was read and computed
     assert correct >= 1

@@ -67,7 +67,7 @@ def test_specreason_keeps_accepted_drafts_and_regenerates_rejected_ones():
 
     judge = SecondStepBad(True)
     target = script(*TARGET_STEPS)
-    trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=target, judge=judge))
+    trace = run(specreason(Q, first_target_steps=0, draft=script(*DRAFT_STEPS), target=target, judge=judge))
     assert [s.author for s in trace.steps] == ["draft", "target", "draft"]
     assert trace.steps[1].draft_text == "13 - 4 = 9 eggs." and trace.steps[1].accepted is False
     assert judge.seen[1].previous_steps == ("16 - 3 = 13 eggs.",)
@@ -104,7 +104,7 @@ def test_bad_input_and_a_dying_engine_keep_the_trace():
     with pytest.raises(ValueError, match="question is empty"):
         run(target_only("  ", target=script(*TARGET_STEPS)))
     with pytest.raises(JudgeError, match="specreason cannot use judge 'exact'"):
-        run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=ExactJudge()))
+        run(specreason(Q, first_target_steps=0, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=ExactJudge()))
     calls = {"n": 0}
 
     def dies(prompt):
@@ -120,7 +120,7 @@ def test_bad_input_and_a_dying_engine_keep_the_trace():
 
 
 def test_trace_json_round_trip():
-    trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(False)))
+    trace = run(specreason(Q, first_target_steps=0, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(False)))
     again = Trace.from_json(trace.to_json())
     assert again == trace and again.text == trace.text
 
@@ -179,8 +179,8 @@ def baselines(tiny_pair, runner):
 def test_specreason_invariants_on_real_vllm(tiny_pair, baselines, runner):
     (draft, target), (t_only, d_only) = tiny_pair, baselines
     opts = dict(rules=RULES, budget=BUDGET)
-    rejected = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(False), **opts))
-    accepted = runner.run(specreason(Q, draft=draft, target=target, judge=FixedJudge(True), **opts))
+    rejected = runner.run(specreason(Q, first_target_steps=0, draft=draft, target=target, judge=FixedJudge(False), **opts))
+    accepted = runner.run(specreason(Q, first_target_steps=0, draft=draft, target=target, judge=FixedJudge(True), **opts))
     assert_one_model_wrote_it_all(rejected, accepted, t_only, d_only)
 
 
@@ -240,7 +240,7 @@ def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writ
     # the target finds " 8" implausible (it would write " 9"), everything else plausible
     target = ScriptedEngine("target", continuation=target_writes, token_scores=lambda prefix, tokens: [
         (-9.0, 4, " 9") if t == " 8" or t == "So" else (-0.2, 1, None) for t in tokens])
-    trace = run(specreason(Q, draft=draft, target=target, judge=LikelihoodJudge(target)))
+    trace = run(specreason(Q, first_target_steps=0, draft=draft, target=target, judge=LikelihoodJudge(target)))
     first, cut, last = trace.steps
     assert first.author == "draft" and first.accepted and first.cut is None
     assert cut.author == "target" and cut.text == "13 - 4 = 9 eggs." and cut.draft_text == "13 - 4 = 8 eggs."
@@ -283,7 +283,8 @@ def test_specreason_backs_off_under_load_and_records_it():
 
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
-    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), max_concurrency=8)
+    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), max_concurrency=8,
+                         first_target_steps=0)
     assert isinstance(reasoner.governor, GoodputGovernor)
     for b in (4, 8):  # measured earlier at this load: drafting costs 10x more per token
         for _ in range(3):
@@ -298,3 +299,18 @@ def test_specreason_backs_off_under_load_and_records_it():
     alone = reasoner.solve(Q)
     assert alone.stats["num_backoff_steps"] == 0 and all(s.author == "draft" for s in alone.trace.steps)
     reasoner.close()
+
+
+def test_a_reasoner_starts_only_the_engines_its_strategy_uses():
+    from orchestrator.reasoner import Reasoner
+
+    for strategy, used in (("draft-only", ["draft"]), ("target-only", ["target"]),
+                           ("specreason", ["target", "draft"])):
+        target, draft = script(*TARGET_STEPS), script(*TARGET_STEPS)
+        heard = []
+        with Reasoner(target, draft, strategy=strategy) as reasoner:
+            reasoner.load(on_engine=lambda role, engine, started: heard.append((role, started)))
+            assert reasoner.solve(Q).trace.answer == "18"
+        assert [r for r, started in heard if not started] == used
+        assert heard == [(r, s) for r in used for s in (False, True)]  # each start heard begin and end
+        assert (target.started, draft.started) == ("target" in used, "draft" in used), strategy

@@ -137,7 +137,7 @@ def test_think_tags_boxed_inside_thinking_does_not_end_the_trace():
                                              "No: 9 * 2 = 18.</think>", "The answer is \\boxed{18}."]
     assert trace.answer == "18" and trace.stop_reason == "answer"
     # specreason: the draft thinks, the target writes the answer after </think>
-    sr = run(specreason(Q, draft=ScriptedEngine(continuation=model), target=ScriptedEngine(continuation=model),
+    sr = run(specreason(Q, first_target_steps=0, draft=ScriptedEngine(continuation=model), target=ScriptedEngine(continuation=model),
                         judge=FixedJudge(True)))
     assert [s.author for s in sr.steps] == ["draft", "draft", "draft", "target"] and sr.answer == "18"
 
@@ -163,9 +163,9 @@ def test_an_engine_dying_mid_trace_keeps_the_steps_so_far(strategy):
             raise EngineError("engine 'draft': vLLM engine core died")
         return DRAFT_STEPS[min(prompt.split("<|assistant|>")[-1].count("\n\n"), 2)]
 
-    judge = {"specreason": FixedJudge(True), "lookahead": FixedJudge(True), "spec-thinking": None}[strategy]
-    r = Reasoner(script(*TARGET_STEPS), ScriptedEngine(continuation=dies), strategy=strategy,
-                 **({"judge": judge} if judge else {}), **({"gamma": 1, "adaptive": False} if strategy == "lookahead" else {}))
+    options = {"specreason": {"judge": FixedJudge(True), "first_target_steps": 0},
+               "lookahead": {"judge": FixedJudge(True), "gamma": 1, "adaptive": False}, "spec-thinking": {}}[strategy]
+    r = Reasoner(script(*TARGET_STEPS), ScriptedEngine(continuation=dies), strategy=strategy, **options)
     with pytest.raises(ReasoningError, match="engine core died") as e:
         r.solve(Q)
     assert e.value.trace.stop_reason == "error" and len(e.value.trace.steps) >= 1
@@ -200,7 +200,7 @@ def test_reasoner_solves_one_and_many_problems_concurrently():
 
     target = Timeline("target", log, 0.01, continuation=continuation)
     draft = Timeline("draft", log, 0.01, continuation=continuation)
-    with Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True)) as r:
+    with Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), first_target_steps=0) as r:
         one = r.solve("question A")
         assert one.answer == "1" and one.stats["num_drafted_steps"] == 2 and one.error is None
         seen, before = [], len(log)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.runner import WorkflowRun
+from workflows.runner import WorkflowRun, check_workflow
 from workflows.spec import WorkflowError, json_schema, load_workflow
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "workflows" / "examples").glob("*.yaml"))
@@ -133,6 +133,157 @@ def test_validate_cli_names_the_line_and_exits_2(tmp_path):
     path.write_text(GOOD.replace("model: qwen2.5-coder-0.5b", "model: qwen-nonexistent"))
     r = subprocess.run(CLI + ["validate", str(path)], capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode == 2 and f"{path}:3: engine 'draft'" in r.stderr
+
+
+
+# -- duplicate keys and names resolved at validate time ------------------------------------------
+
+def specreason_workflow(judge_lines: str) -> str:
+    """A one-node workflow over the bundled pair whose reasoner is specreason with ``judge_lines``."""
+    return f"""\
+engines:
+  target: {{backend: vllm, model: qwen2.5-coder-1.5b}}
+  draft: {{backend: vllm, model: qwen2.5-coder-0.5b}}
+reasoners:
+  solver:
+    target: target
+    draft: draft
+    strategy: specreason
+{judge_lines}
+workflow:
+  inputs: {{question: {{type: string}}}}
+  nodes:
+    solve: {{reason: solver, prompt: "${{inputs.question}}"}}
+  outputs: {{answer: "${{solve.output}}"}}
+"""
+
+
+BLOCK = specreason_workflow("""\
+    judge: score
+    judge_options:
+      threshold: 6""")
+
+
+def _error(tmp_path, text: str) -> str:
+    """The message `stepspec validate` gives for a workflow file's text."""
+    path = tmp_path / "wf.yaml"
+    path.write_text(text)
+    with pytest.raises(WorkflowError) as e:
+        check_workflow(load_workflow(path), check_env=False)
+    return str(e.value)
+
+
+DUPLICATES = [
+    # (case, text, line of the first, line of the second, key)
+    ("top level", BLOCK + "reasoners:\n  other: {target: target, strategy: target-only}\n", 4, 17, "reasoners"),
+    ("nested", BLOCK.replace("      threshold: 6\n", "      threshold: 6\n      threshold: 8\n"), 11, 12, "threshold"),
+    ("in a flow mapping", BLOCK.replace("{type: string}", "{type: string, type: list}"), 13, 13, "type"),
+    ("deep in the graph", BLOCK.replace('    solve: {reason: solver, prompt: "${inputs.question}"}\n',
+                                        '    solve: {reason: solver, prompt: "${inputs.question}"}\n'
+                                        '    solve: {reason: solver, prompt: "again"}\n'), 15, 16, "solve"),
+]
+
+
+@pytest.mark.parametrize("case, text, first, second, key", DUPLICATES, ids=[d[0] for d in DUPLICATES])
+def test_a_key_given_twice_names_both_lines_and_the_fix(tmp_path, case, text, first, second, key):
+    path = tmp_path / "wf.yaml"
+    message = _error(tmp_path, text)
+    assert message.startswith(f"{path}:{second}: duplicate key '{key}'")
+    assert f"given at {path}:{first} and again at {path}:{second}" in message
+    assert "keep only the last value" in message and "Keep one of them" in message
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "wf.yaml"
+    path.write_text(BLOCK.replace("  target: {backend: vllm, model: qwen2.5-coder-1.5b}\n",
+                                  "  target: &base {backend: vllm, model: qwen2.5-coder-1.5b}\n")
+                         .replace("  draft: {backend: vllm, model: qwen2.5-coder-0.5b}\n",
+                                  "  draft: {<<: *base, model: qwen2.5-coder-0.5b}\n"))
+    w = load_workflow(path)
+    assert w.spec.engines["draft"].model == "qwen2.5-coder-0.5b" and w.spec.engines["draft"].backend == "vllm"
+
+
+NAMES = [
+    # (case, (old, new), line, what the message says)
+    ("misspelt strategy", ("strategy: specreason", "strategy: specreasn"), 8,
+     ["reasoner 'solver': unknown strategy 'specreasn'", "did you mean 'specreason'?", "Strategies: target-only"]),
+    ("unknown judge", ("judge: score", "judge: scor"), 9, ["unknown judge 'scor'", "did you mean 'score'?"]),
+    ("unknown judge option", ("      threshold: 6\n", "      threshold: 6\n      top_p: 3\n"), 12,
+     ["judge 'score' has no option 'top_p'", "did you mean 'top_k'?",
+      "Its options: threshold, method, rubric, step_delimiter, top_k"]),
+    ("misspelt judge option", ("threshold: 6", "treshold: 6"), 11,
+     ["judge 'score' has no option 'treshold'", "did you mean 'threshold'?"]),
+    ("unknown strategy option", ("    strategy: specreason\n", "    strategy: lookahead\n    options: {gama: 3}\n"), 9,
+     ["strategy 'lookahead' has no option gama", "did you mean 'gamma'?", "it takes: gamma, "]),
+    ("a judge where the strategy takes none", ("strategy: specreason", "strategy: draft-only"), 9,
+     ["strategy 'draft-only' takes no judge"]),
+    ("misspelt router", ("    strategy: specreason\n    judge: score\n    judge_options:\n      threshold: 6\n",
+                         "    strategy: arbitrage\n    router: treshold\n"), 9,
+     ["unknown router 'treshold'", "did you mean 'threshold'?"]),
+    ("unknown router option", ("    strategy: specreason\n    judge: score\n    judge_options:\n      threshold: 6\n",
+                               "    strategy: arbitrage\n    router: threshold\n    router_options: {tau: 1}\n"), 9,
+     ["router 'threshold' has no option 'tau'", "Its options: min_confidence, statistic"]),
+    ("misspelt token-level method", ("qwen2.5-coder-1.5b}", "qwen2.5-coder-1.5b, speculation: sufix}"), 2,
+     ["speculation: Input should be 'none', 'ngram', 'suffix' or 'draft'", "did you mean 'suffix'?"]),
+    ("unknown model preset", ("model: qwen2.5-coder-0.5b", "model: qwen2.5-coder-0.6b"), 3,
+     ["engine 'draft': unknown model 'qwen2.5-coder-0.6b'", "did you mean 'qwen2.5-coder-0.5b'?"]),
+    ("unknown token drafter", ("qwen2.5-coder-1.5b}", "qwen2.5-coder-1.5b, speculative_config: {model: qwen-0.5b}}"),
+     2, ["engine 'target': unknown model 'qwen-0.5b'"]),
+    ("unknown engine", ("    draft: draft\n", "    draft: drat\n"), 7,
+     ["unknown engine 'drat'; did you mean 'draft'?"]),
+    ("misspelt tool function",
+     ("workflow:\n", ("allowed_modules: [workflows.examples.tools]\ntools:\n"
+                      "  calc: {function: 'workflows.examples.tools:calculater'}\nworkflow:\n")), 14,
+     ["module 'workflows.examples.tools' has no 'calculater'", "did you mean 'workflows.examples.tools:calculator'?"]),
+]
+
+
+@pytest.mark.parametrize("case, edit, line, says", NAMES, ids=[n[0] for n in NAMES])
+def test_validate_resolves_every_name_with_its_line_and_the_closest_one(tmp_path, case, edit, line, says):
+    old, new = edit
+    assert old in BLOCK
+    message = _error(tmp_path, BLOCK.replace(old, new, 1))
+    assert message.startswith(f"{tmp_path / 'wf.yaml'}:{line}: "), message
+    for part in says:
+        assert part.lower() in message.lower(), (part, message)
+
+
+def test_the_block_workflow_is_valid(tmp_path):
+    path = tmp_path / "wf.yaml"
+    path.write_text(BLOCK)
+    assert check_workflow(load_workflow(path), check_env=False) == []
+
+
+def test_validate_command_rejects_a_duplicate_key_and_a_misspelt_strategy(tmp_path):
+    from typer.testing import CliRunner
+
+    from workflows.cli import app
+
+    path = tmp_path / "wf.yaml"
+    path.write_text(BLOCK)
+    ok = CliRunner().invoke(app, ["validate", str(path)])
+    assert ok.exit_code == 0 and f"{path}: valid" in ok.output, ok.output
+    for text, where, says in [
+        (BLOCK.replace("      threshold: 6\n", "      threshold: 6\n      threshold: 8\n"), f"{path}:12",
+         f"duplicate key 'threshold': it is given at {path}:11 and again at {path}:12"),
+        (BLOCK.replace("strategy: specreason", "strategy: specreasn"), f"{path}:8", "did you mean 'specreason'?"),
+    ]:
+        path.write_text(text)
+        r = CliRunner().invoke(app, ["validate", str(path)])
+        assert r.exit_code != 0 and isinstance(r.exception, WorkflowError), (r.exit_code, r.output)
+        assert str(r.exception).startswith(f"{where}: ") and says.lower() in str(r.exception).lower()
+        assert "valid (" not in r.output
+
+
+def test_run_command_checks_names_before_preparing_any_model(tmp_path):
+    path = tmp_path / "wf.yaml"
+    path.write_text(BLOCK.replace("strategy: specreason", "strategy: specreasn"))
+    cache = tmp_path / "empty-cache"  # no model is prepared here: preparing one would show (and take minutes)
+    env = {**ENV, "STEPSPEC_CACHE_DIR": str(cache)}
+    r = subprocess.run(CLI + ["run", str(path), "--input", "question=hi"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 2 and f"{path}:8: reasoner 'solver': unknown strategy 'specreasn'" in r.stderr, r.stderr
+    assert "preparing" not in r.stderr and not (cache.exists() and any(cache.iterdir()))
 
 
 # -- running graphs on scripted engines ------------------------------------------------------
@@ -261,23 +412,9 @@ def test_the_readme_workflow_validates(tmp_path):
     assert set(w.spec.workflow.nodes) == {"plan", "answer"}
 
 
-LIKELIHOOD_YAML = """\
-engines:
-  target: {backend: vllm, model: qwen2.5-coder-1.5b}
-  draft: {backend: vllm, model: qwen2.5-coder-0.5b}
-reasoners:
-  solver:
-    target: target
-    draft: draft
-    strategy: specreason
+LIKELIHOOD_YAML = specreason_workflow("""\
     judge: likelihood
-    judge_options: {JUDGE_OPTIONS}
-workflow:
-  inputs: {question: {type: string}}
-  nodes:
-    solve: {reason: solver, prompt: "${inputs.question}"}
-  outputs: {answer: "${solve.output}"}
-"""
+    judge_options: {JUDGE_OPTIONS}""")
 
 
 def test_a_workflow_names_the_likelihood_judge_and_its_options(tmp_path):

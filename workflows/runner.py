@@ -11,11 +11,24 @@ text; ``${node.answer}`` the answer alone (empty when none). A tool node's
 output is the tool's return value; a map node's is the list of its items'
 outputs. A reference that is a whole string keeps the referenced value's type
 (a list stays a list); inside a longer string it is written as text.
+
+A map node keeps each item's record as it finishes (``details.items``, and the item
+values in ``details.values``), and the run record is rewritten then. An item that fails
+does not stop the others, but one that finds its engine gone
+(:class:`engine.protocol.EngineUnavailableError`) stops the items not yet started, as
+they would fail the same way; the node then fails with how many of its items finished.
+
+Resuming (``WorkflowRun.run(..., resume=record)``, ``stepspec run FILE --resume
+RECORD``): the record must come from the same workflow (its content, engine addresses
+aside: :func:`workflow_digest`) and the same inputs. Nodes that were done keep their
+record and do not run; a map node runs only the items that were not done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import hashlib
 import json
 import os
 import time
@@ -25,11 +38,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.models import ModelError, resolve_model
-from engine.protocol import Engine
+from engine.protocol import Engine, EngineUnavailableError
+from judges.base import JudgeError
+from judges.registry import JUDGES, judge_options
 from orchestrator.prompts import Chat
-from orchestrator.reasoner import Reasoner
+from orchestrator.reasoner import Reasoner, check_reasoner
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
+from orchestrator.strategies import STRATEGIES, StrategyError
+from routers.base import RouterError
 from workflows.agent import Agent
 from workflows.spec import (
     REF,
@@ -37,6 +54,7 @@ from workflows.spec import (
     LoadedWorkflow,
     MapNode,
     OpenAIEngineSpec,
+    ReasonerSpec,
     ReasonNode,
     ToolNode,
     VLLMEngineSpec,
@@ -47,15 +65,49 @@ from workflows.spec import (
 from workflows.tools import Tool, load_tool
 
 
+class NodeStatus(str, enum.Enum):
+    """Where a node (or a map node's item) stands in a run record."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # a node: one it reads from did not finish; an item: not started
+
+
+class RunStatus(str, enum.Enum):
+    """Where a whole run stands in its record."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"  # a node failed or was skipped (or the engines did not start: ``error``)
+    INTERRUPTED = "interrupted"  # Ctrl-C or a signal
+
+
+class MapError(RuntimeError):
+    """Some of a map node's items did not finish (each item's error is in its record)."""
+
+
 @dataclass
 class NodeRecord:
-    status: str = "pending"  # pending, running, done, failed, skipped
+    status: NodeStatus = NodeStatus.PENDING
     output: Any = None
     text: str | None = None
     answer: str | None = None
     error: str | None = None
     seconds: float | None = None
     details: dict[str, Any] = field(default_factory=dict)  # traces' stats, tool calls
+
+
+def check_workflow(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
+    """Every name a loaded workflow file uses resolves, before any model is prepared or
+    engine starts: models (:func:`check_models`), each reasoner's strategy, judge, router and
+    their options (:func:`check_reasoners`), and each tool's function (:func:`load_tools`).
+    ``stepspec validate`` and ``stepspec run`` call it first. Returns notes for the user."""
+    notes = check_models(w, check_env=check_env)
+    check_reasoners(w)
+    load_tools(w)  # imports each tool's module (an allowed one only) and finds its function
+    return notes
 
 
 def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
@@ -65,7 +117,9 @@ def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
     notes = []
     for name, e in w.spec.engines.items():
         if isinstance(e, VLLMEngineSpec):
-            for key, model in (("model", e.model), ("draft_model", e.draft_model)):
+            token_drafter = (e.speculative_config or {}).get("model")  # a preset name, like draft_model
+            for where, model in ((("model",), e.model), (("draft_model",), e.draft_model),
+                                 (("speculative_config", "model"), token_drafter)):
                 if model is None:
                     continue
                 try:
@@ -73,7 +127,7 @@ def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
                 except ModelError as err:
                     if "is not prepared" in str(err):
                         continue  # a preset: prepared when the engine starts
-                    raise WorkflowError(f"{w.where('engines', name, key)}: engine '{name}': {err}") from None
+                    raise WorkflowError(f"{w.where('engines', name, *where)}: engine '{name}': {err}") from None
         elif isinstance(e, OpenAIEngineSpec) and e.api_key_env and not os.environ.get(e.api_key_env):
             message = (f"{w.where('engines', name, 'api_key_env')}: engine '{name}' reads its API key from "
                        f"${e.api_key_env}, which is not set; export it before the run")
@@ -81,6 +135,91 @@ def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
                 raise WorkflowError(message)
             notes.append(message)
     return notes
+
+
+def reasoner_options(r: ReasonerSpec) -> dict[str, Any]:
+    """The keywords ``Reasoner`` takes for a reasoner of the file (engines aside)."""
+    named = {"strategy": r.strategy, "judge": r.judge, "judge_options": r.judge_options or None,
+             "router": r.router, "router_options": r.router_options or None,
+             "rules": StepRules(delimiter=r.delimiter),
+             "budget": Budget(max_tokens=r.budget.max_tokens, max_steps=r.budget.max_steps,
+                              max_step_tokens=r.budget.max_step_tokens, max_seconds=r.budget.timeout)}
+    clash = sorted(set(named) & set(r.options))
+    if clash:
+        raise StrategyError(f"{', '.join(clash)} is not a strategy option; give it as the reasoner's own key "
+                            f"({clash[0]}: ...), not under options")
+    return {**named, **r.options}
+
+
+def check_reasoners(w: LoadedWorkflow) -> None:
+    """Each reasoner's strategy, judge, router and their options resolve (with the closest
+    valid name), and fit together (a strategy that drafts has a draft engine; one that takes
+    no judge is given none), without loading anything but a router file."""
+    for name, r in w.spec.reasoners.items():
+        try:
+            check_reasoner(r.target, r.draft, **reasoner_options(r))
+        except (ValueError, TypeError) as e:
+            raise WorkflowError(f"{_reasoner_error_place(w, name, r, e)}: reasoner '{name}': {e}") from None
+
+
+def _reasoner_error_place(w: LoadedWorkflow, name: str, r: ReasonerSpec, e: Exception) -> str:
+    """file:line of the key a reasoner's configuration error is about."""
+    at = ("reasoners", name)
+    if isinstance(e, StrategyError):
+        if r.strategy in STRATEGIES:
+            unknown = [k for k in r.options if k not in STRATEGIES[r.strategy].options]
+            if unknown:
+                return w.where(*at, "options", unknown[0])
+        return w.where(*at, "strategy")
+    if isinstance(e, JudgeError):
+        strategy = STRATEGIES.get(r.strategy)
+        judge = r.judge or (strategy.default_judge if strategy else None)
+        if judge in JUDGES:
+            unknown = [k for k in r.judge_options if k not in judge_options(judge)]
+            if unknown:
+                return w.where(*at, "judge_options", unknown[0])
+        return w.where(*at, "judge" if r.judge is not None or not r.judge_options else "judge_options")
+    if isinstance(e, RouterError):
+        return w.where(*at, "router" if r.router is not None or not r.router_options else "router_options")
+    if isinstance(e, TypeError):
+        return w.where(*at, "options")
+    return w.where(*at)
+
+
+def load_tools(w: LoadedWorkflow) -> dict[str, Tool]:
+    """Each tool of the file, imported (from its allowed module only); a function the module
+    does not hold is an error with the closest name it does."""
+    s = w.spec
+    tools: dict[str, Tool] = {}
+    for name, t in s.tools.items():
+        try:
+            tools[name] = load_tool(t.function, s.allowed_modules, name=name, side_effect_free=t.side_effect_free,
+                                    timeout=t.timeout, description=t.description)
+        except ValueError as e:
+            raise WorkflowError(f"{w.where('tools', name, 'function')}: {e}") from None
+    return tools
+
+
+def check_inputs(w: LoadedWorkflow, given: dict[str, Any]) -> dict[str, Any]:
+    """The workflow's input values from ``given`` (strings converted to each input's type,
+    defaults filled in); an unknown, missing or mistyped input is an error."""
+    g = w.spec.workflow
+    if g is None:
+        raise WorkflowError(f"{w.path}: the file has no workflow: section to run")
+    unknown = sorted(set(given) - set(g.inputs))
+    if unknown:
+        raise WorkflowError(f"{w.where('workflow', 'inputs')}: unknown input {', '.join(unknown)}; "
+                            f"the workflow takes: {', '.join(g.inputs) or 'no inputs'}")
+    values = {}
+    for name, spec in g.inputs.items():
+        if name in given:
+            values[name] = _convert(name, given[name], spec.type)
+        elif spec.default is not None:
+            values[name] = spec.default
+        else:
+            raise WorkflowError(f"{w.where('workflow', 'inputs', name)}: input '{name}' is required: "
+                                f"--input {name}=...")
+    return values
 
 
 def build_engine(name: str, e: VLLMEngineSpec | OpenAIEngineSpec) -> Engine:
@@ -109,7 +248,7 @@ class WorkflowRun:
         s = w.spec
         self.w = w
         if engines is None:
-            check_models(w)
+            check_workflow(w)  # every name resolves before any model is prepared
             used = {r.target for r in s.reasoners.values()} | {r.draft for r in s.reasoners.values() if r.draft}
             engines = {name: build_engine(name, e) for name, e in s.engines.items() if name in used}
         self.engines = engines
@@ -119,23 +258,11 @@ class WorkflowRun:
             self.system_prompts[name] = (w.read_prompt_file(r.system_prompt_file) if r.system_prompt_file
                                          else r.system_prompt)
             try:
-                self.reasoners[name] = Reasoner(
-                    engines[r.target], engines[r.draft] if r.draft else None, strategy=r.strategy, judge=r.judge,
-                    judge_options=r.judge_options or None, router=r.router, router_options=r.router_options or None,
-                    rules=StepRules(delimiter=r.delimiter),
-                    budget=Budget(max_tokens=r.budget.max_tokens, max_steps=r.budget.max_steps,
-                                  max_step_tokens=r.budget.max_step_tokens, max_seconds=r.budget.timeout),
-                    **r.options)
-            except ValueError as e:
-                raise WorkflowError(f"{w.where('reasoners', name)}: reasoner '{name}': {e}") from None
-        self.tools: dict[str, Tool] = {}
-        for name, t in s.tools.items():
-            try:
-                self.tools[name] = load_tool(t.function, s.allowed_modules, name=name,
-                                             side_effect_free=t.side_effect_free, timeout=t.timeout,
-                                             description=t.description)
-            except ValueError as e:
-                raise WorkflowError(f"{w.where('tools', name)}: {e}") from None
+                self.reasoners[name] = Reasoner(engines[r.target], engines[r.draft] if r.draft else None,
+                                                **reasoner_options(r))
+            except (ValueError, TypeError) as e:
+                raise WorkflowError(f"{_reasoner_error_place(w, name, r, e)}: reasoner '{name}': {e}") from None
+        self.tools: dict[str, Tool] = load_tools(w)
         self.agents = {name: Agent(self.reasoners[a.reasoner], [self.tools[t] for t in a.tools],
                                    system_prompt=a.system_prompt, max_iterations=a.max_iterations,
                                    speculative_tools=a.speculative_tools,
@@ -149,79 +276,90 @@ class WorkflowRun:
     # -- running the graph ------------------------------------------------------------
 
     async def run(self, inputs: dict[str, Any], on_node: Callable[[str, NodeRecord], None] | None = None,
-                  record_path: str | os.PathLike | None = None) -> dict[str, Any]:
+                  record_path: str | os.PathLike | None = None, resume: dict[str, Any] | None = None,
+                  on_item: Callable[[str, int, NodeRecord], None] | None = None) -> dict[str, Any]:
         """Every node, concurrently where the graph allows; returns the run record, which is
-        also written to ``record_path`` after each node (and on Ctrl-C: ``interrupted``)."""
+        also written to ``record_path`` after each node and each map item (and on Ctrl-C:
+        ``interrupted``). ``on_node(name, record)`` is called as each node ends,
+        ``on_item(name, index, record)`` as each map item that ran ends.
+
+        ``resume``: an earlier run record of this workflow (see :func:`load_record`), with
+        the same inputs (else a :class:`WorkflowError` naming the difference): its done
+        nodes and done map items are kept as they are, and only the rest run."""
         g = self.w.spec.workflow
         if g is None:
             raise WorkflowError(f"{self.w.path}: the file has no workflow: section to run")
-        values = self._inputs(inputs)
-        records = {name: NodeRecord() for name in g.nodes}
+        values = check_inputs(self.w, inputs)
+        digest = workflow_digest(self.w)
+        records = {name: NodeRecord() for name in g.nodes} if resume is None else resumed_records(self.w, resume, values)
         done = {name: asyncio.Event() for name in g.nodes}
         t0 = time.perf_counter()
+        error: list[str] = []  # why the run stopped before its nodes ran
 
-        def snapshot(status: str) -> dict[str, Any]:
+        def snapshot(status: RunStatus) -> dict[str, Any]:
             outputs: dict[str, Any] = {}
             for out, ref in g.outputs.items():
                 deps = {r for r, _ in references(ref) if r in records}
-                outputs[out] = self._fill(ref, values, records) if all(records[d].status == "done"
+                outputs[out] = self._fill(ref, values, records) if all(records[d].status == NodeStatus.DONE
                                                                        for d in deps) else None
-            record = {"workflow": str(self.w.path), "status": status, "inputs": values, "outputs": outputs,
+            record = {"workflow": str(self.w.path), "workflow_digest": digest, "status": status,
+                      "inputs": values, "outputs": outputs,
                       "nodes": {n: asdict(r) for n, r in records.items()}, "seconds": time.perf_counter() - t0,
                       "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            if resume is not None:
+                record["resumed"] = int(resume.get("resumed", 0)) + 1  # how many runs continued this record
+            if error:
+                record["error"] = error[0]
             if record_path is not None:
                 write_record(record, record_path)
             return record
 
         async def node_task(name: str) -> None:
+            rec = records[name]
+            if rec.status == NodeStatus.DONE:  # resumed: kept as it was
+                done[name].set()
+                return
             node = g.nodes[name]
             deps = {ref for ref, _ in node_references(node) if ref not in ("inputs", "item")}
             for dep in deps:
                 await done[dep].wait()
-            rec = records[name]
-            failed = [d for d in deps if records[d].status != "done"]
+            failed = [d for d in deps if records[d].status != NodeStatus.DONE]
             if failed:
-                rec.status, rec.error = "skipped", f"depends on {', '.join(sorted(failed))}, which did not finish"
+                rec.status, rec.error = NodeStatus.SKIPPED, f"depends on {', '.join(sorted(failed))}, which did not finish"
             else:
-                rec.status = "running"
+                rec.status = NodeStatus.RUNNING
                 started = time.perf_counter()
+
+                def item_done(index: int, item: NodeRecord) -> None:
+                    snapshot(RunStatus.RUNNING)
+                    if on_item is not None:
+                        on_item(name, index, item)
+
                 try:
-                    await self._run_node(node, rec, values, records)
-                    rec.status = "done"
+                    await self._run_node(node, rec, values, records, item_done=item_done)
+                    rec.status = NodeStatus.DONE
                 except Exception as e:  # the node failed: recorded, and its dependants skip
-                    rec.status, rec.error = "failed", f"{type(e).__name__}: {e}"
+                    rec.status, rec.error = NodeStatus.FAILED, f"{type(e).__name__}: {e}"
                 rec.seconds = time.perf_counter() - started
             done[name].set()
-            snapshot("running")
+            snapshot(RunStatus.RUNNING)
             if on_node is not None:
                 on_node(name, rec)
 
         try:
-            for e in self.engines.values():
-                await e.start()
+            if any(r.status != NodeStatus.DONE for r in records.values()):  # a finished record starts nothing
+                for e in self.engines.values():
+                    await e.start()
             await asyncio.gather(*(node_task(n) for n in g.nodes))
-        except BaseException:
-            snapshot("interrupted")
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            snapshot(RunStatus.INTERRUPTED)
             raise
-        return snapshot("complete" if all(r.status == "done" for r in records.values()) else "failed")
-
-    def _inputs(self, given: dict[str, Any]) -> dict[str, Any]:
-        g = self.w.spec.workflow
-        assert g is not None
-        unknown = sorted(set(given) - set(g.inputs))
-        if unknown:
-            raise WorkflowError(f"{self.w.where('workflow', 'inputs')}: unknown input {', '.join(unknown)}; "
-                                f"the workflow takes: {', '.join(g.inputs) or 'no inputs'}")
-        values = {}
-        for name, spec in g.inputs.items():
-            if name in given:
-                values[name] = _convert(name, given[name], spec.type)
-            elif spec.default is not None:
-                values[name] = spec.default
-            else:
-                raise WorkflowError(f"{self.w.where('workflow', 'inputs', name)}: input '{name}' is required: "
-                                    f"--input {name}=...")
-        return values
+        except BaseException as e:
+            error.append(f"{type(e).__name__}: {e}")
+            snapshot(RunStatus.FAILED)
+            raise
+        return snapshot(RunStatus.COMPLETE if all(r.status == NodeStatus.DONE for r in records.values())
+                        else RunStatus.FAILED)
 
     def _fill(self, text: Any, inputs: dict[str, Any], records: dict[str, NodeRecord], item: Any = None) -> Any:
         """``text`` with its ${...} references replaced (a whole-string reference keeps its type)."""
@@ -247,25 +385,12 @@ class WorkflowRun:
         return REF.sub(lambda m: _as_text(value(m)), text)
 
     async def _run_node(self, node: Any, rec: NodeRecord, inputs: dict[str, Any], records: dict[str, NodeRecord],
-                        item: Any = None) -> None:
+                        item: Any = None, item_done: Callable[[int, NodeRecord], None] | None = None) -> None:
         def fill(text: Any) -> Any:
             return self._fill(text, inputs, records, item)
 
         if isinstance(node, MapNode):
-            items = fill(node.map)
-            if not isinstance(items, list):
-                raise WorkflowError(f"map over {node.map}: expected a list, got {type(items).__name__}")
-            gate = asyncio.Semaphore(node.concurrency)
-            subs = [NodeRecord() for _ in items]
-
-            async def one(i: int, it: Any) -> None:
-                async with gate:
-                    await self._run_node(node.node, subs[i], inputs, records, it)
-
-            await asyncio.gather(*(one(i, it) for i, it in enumerate(items)))
-            rec.output = [s.output for s in subs]
-            rec.text = "\n".join(_as_text(s.output) for s in subs)
-            rec.details = {"items": [vars(s) for s in subs]}
+            await self._run_map(node, rec, fill(node.map), inputs, records, item_done)
             return
         if isinstance(node, ReasonNode):
             reasoner = self.reasoners[node.reason]
@@ -297,6 +422,164 @@ class WorkflowRun:
             raise RuntimeError(result.observation)
         rec.output, rec.text = result.value, result.observation
         rec.details = {"seconds": result.seconds}
+
+
+    async def _run_map(self, node: MapNode, rec: NodeRecord, items: Any, inputs: dict[str, Any],
+                       records: dict[str, NodeRecord], item_done: Callable[[int, NodeRecord], None] | None) -> None:
+        """Each item through the inner node, ``node.concurrency`` at a time, each item's
+        record kept in ``rec.details`` as it ends (then ``item_done(index, record)``). Items
+        already done in ``rec.details`` (a resumed run) with the same value are kept, not run."""
+        if not isinstance(items, list):
+            raise WorkflowError(f"map over {node.map}: expected a list, got {type(items).__name__}")
+        old_values = rec.details.get("values") or []
+        old_items = rec.details.get("items") or []
+        subs = [old_items[i] if (i < len(old_items) and i < len(old_values) and old_items[i].status == NodeStatus.DONE
+                                 and _as_json(old_values[i]) == _as_json(it)) else NodeRecord()
+                for i, it in enumerate(items)]
+        rec.details = {"values": items, "items": subs}
+        gate = asyncio.Semaphore(node.concurrency)
+        failures: list[int] = []  # the failed items, in the order they failed
+        stopped: list[str] = []  # why the items not yet started will not start
+
+        async def one(i: int, it: Any) -> None:
+            sub = subs[i]
+            if sub.status == NodeStatus.DONE:
+                return
+            async with gate:
+                if stopped:
+                    sub.status, sub.error = NodeStatus.SKIPPED, stopped[0]
+                    return
+                sub.status = NodeStatus.RUNNING
+                started = time.perf_counter()
+                try:
+                    await self._run_node(node.node, sub, inputs, records, it)
+                    sub.status = NodeStatus.DONE
+                except Exception as e:  # this item failed; the others go on
+                    sub.status, sub.error = NodeStatus.FAILED, f"{type(e).__name__}: {e}"
+                    failures.append(i)
+                    if _engine_unavailable(e) and not stopped:
+                        stopped.append(f"not started: item {i} found its engine unavailable, so every item "
+                                       "would fail the same way")
+                sub.seconds = time.perf_counter() - started
+                if item_done is not None:
+                    item_done(i, sub)
+
+        await asyncio.gather(*(one(i, it) for i, it in enumerate(items)))
+        finished = sum(s.status == NodeStatus.DONE for s in subs)
+        if finished < len(subs):
+            not_started = sum(s.status == NodeStatus.SKIPPED for s in subs)
+            first = failures[0]
+            raise MapError(f"{finished} of {len(subs)} items finished ({len(failures)} failed"
+                           + (f", {not_started} not started" if not_started else "")
+                           + f"; each item's record is in details.items); the first error, item {first} "
+                             f"({_preview(items[first])}): {subs[first].error}")
+        rec.output = [s.output for s in subs]
+        rec.text = "\n".join(_as_text(s.output) for s in subs)
+
+
+def resumed_records(w: LoadedWorkflow, resume: dict[str, Any], values: dict[str, Any]) -> dict[str, NodeRecord]:
+    """The node records a run of ``w`` resuming the record ``resume`` starts from (``values``:
+    the inputs, checked by :func:`check_inputs`): done nodes as they were, a map node's items
+    kept (its done ones are not run again), every other node pending. A record of another
+    workflow, of a changed one, or of other inputs is a :class:`WorkflowError`; nothing is
+    loaded, so ``stepspec run --resume`` checks it before any model is prepared."""
+    g = w.spec.workflow
+    if g is None:
+        raise WorkflowError(f"{w.path}: the file has no workflow: section to run")
+    if resume.get("workflow_digest") != workflow_digest(w):
+        where = resume.get("workflow")
+        if "workflow_digest" not in resume:
+            why = "it has no workflow_digest (it was written before runs could be resumed)"
+        elif where is not None and Path(where).resolve() == Path(w.path).resolve():
+            why = "the file has changed since the record was written"
+        else:
+            why = f"it was written by {where}, another workflow (or this file as it was before a change)"
+        raise WorkflowError(f"{w.path}: cannot resume this record: {why}; run the workflow that wrote it, "
+                            "or run this one without --resume")
+    before = _as_json(resume.get("inputs"))
+    now = _as_json(values)
+    if before != now:
+        names = sorted(k for k in set(before or {}) | set(now) if (before or {}).get(k) != now.get(k))
+        diffs = "; ".join(f"{k}: given {_preview(now.get(k))}, the record has {_preview((before or {}).get(k))}"
+                          for k in names)
+        raise WorkflowError(f"{w.path}: cannot resume this record: its inputs differ ({diffs}); give the "
+                            "record's inputs (or none: `stepspec run --resume` reads them from the record), or "
+                            "run without --resume")
+    old_nodes = resume.get("nodes") or {}
+    records = {}
+    for name, node in g.nodes.items():
+        old = old_nodes.get(name)
+        if old is None:
+            records[name] = NodeRecord()
+            continue
+        try:
+            rec = NodeRecord(**{**old, "status": NodeStatus(old["status"])})
+            items = [NodeRecord(**{**i, "status": NodeStatus(i["status"])})
+                     for i in (rec.details.get("items") or [])] if isinstance(node, MapNode) else []
+        except (TypeError, KeyError, ValueError) as e:
+            raise WorkflowError(f"{w.path}: cannot resume this record: node '{name}' is not a node record "
+                                f"({type(e).__name__}: {e}); run without --resume") from None
+        if rec.status == NodeStatus.DONE:
+            if items:
+                rec.details = {**rec.details, "items": items}
+            records[name] = rec
+        elif isinstance(node, MapNode) and items:  # its done items are kept for the map to reuse
+            records[name] = NodeRecord(details={"values": rec.details.get("values"), "items": items})
+        else:
+            records[name] = NodeRecord()
+    return records
+
+
+def _engine_unavailable(e: BaseException) -> bool:
+    """Whether ``e`` was caused (anywhere in its chain) by an engine that stopped answering."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, EngineUnavailableError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as a JSON round trip would give it back (what a record holds)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _preview(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def workflow_digest(w: LoadedWorkflow) -> str:
+    """A digest of what a workflow computes: its whole spec (and its reasoners' system
+    prompt files) except how engines are reached (base_url, timeout_s, api_key_env), so
+    that a server restarted at a new address can still resume a run."""
+    spec = w.spec.model_dump(mode="json")
+    for engine in (spec.get("engines") or {}).values():
+        for key in ("base_url", "timeout_s", "api_key_env"):
+            engine.pop(key, None)
+    prompts = {name: w.read_prompt_file(r.system_prompt_file)
+               for name, r in w.spec.reasoners.items() if r.system_prompt_file}
+    text = json.dumps({"spec": spec, "system_prompt_files": prompts}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_record(path: str | os.PathLike) -> dict[str, Any]:
+    """A run record written by :meth:`WorkflowRun.run`, to resume; a missing or unreadable
+    file is a :class:`WorkflowError` saying which."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkflowError(f"{path}: no such run record; give the record a run wrote "
+                            "(`stepspec run` prints its path)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WorkflowError(f"{path}: not a readable run record ({type(e).__name__}: {e})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("nodes"), dict):
+        raise WorkflowError(f"{path}: not a run record (no nodes); give the record a `stepspec run` wrote")
+    return record
 
 
 def _as_text(value: Any) -> str:

@@ -27,6 +27,7 @@ file lists in ``allowed_modules``; :func:`load_tool` checks that again.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import inspect
 import json
@@ -207,7 +208,10 @@ def load_tool(ref: str, allowed_modules: list[str] | tuple[str, ...], *, name: s
         raise ToolError(f"tool '{ref}': cannot import module '{module_name}' ({e})") from e
     fn = getattr(module, fn_name, None)
     if fn is None:
-        raise ToolError(f"tool '{ref}': module '{module_name}' has no '{fn_name}'")
+        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        close = difflib.get_close_matches(fn_name, public, n=1)
+        hint = f"; did you mean '{module_name}:{close[0]}'?" if close else ""
+        raise ToolError(f"tool '{ref}': module '{module_name}' has no '{fn_name}'{hint}")
     base = as_tool(fn)
     return Tool(name or base.name, base.fn, description or base.description,
                 base.side_effect_free if side_effect_free is None else side_effect_free,
