@@ -213,10 +213,11 @@ def test_likelihood_verifier_ends_are_target_only_and_draft_only_on_real_vllm(ti
     from orchestrator.lookahead import lookahead
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
-    opts = dict(rules=RULES, budget=BUDGET)
     exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
     loose = LikelihoodJudge(target, floor=-1e6, math_max_rank=None)
     for strategy in (specreason, lookahead):
+        # specreason drafts from the first step here, so that accept-all is draft-only
+        opts = dict(rules=RULES, budget=BUDGET, **({"first_target_steps": 0} if strategy is specreason else {}))
         lossless = runner.run(strategy(Q, draft=draft, target=target, judge=exact, **opts))
         assert lossless.text == t_only.text
         cuts = [s for s in lossless.steps if s.cut is not None]
