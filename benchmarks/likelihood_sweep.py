@@ -20,8 +20,8 @@ import time
 
 from orchestrator.reasoner import Reasoner, build_engines
 from orchestrator.run import Budget
-from workflows.datasets import load_dataset
-from workflows.graders import get_grader
+from workflows.eval.datasets import load_dataset
+from workflows.eval.graders import get_grader
 
 ARMS = {
     "target-only": dict(strategy="target-only"),

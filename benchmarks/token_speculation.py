@@ -29,7 +29,7 @@ from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: 
 from engine.speculation import speculative_config, suffix_available  # noqa: E402
 from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
 from engine.vllm_backend import VLLMEngine  # noqa: E402
-from workflows.datasets import load_problems  # noqa: E402
+from workflows.eval.datasets import load_problems  # noqa: E402
 from orchestrator.prompts import reasoning_messages  # noqa: E402
 from orchestrator.stepgen import opening_prompt as build_prompt  # noqa: E402
 

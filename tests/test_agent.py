@@ -9,9 +9,9 @@ from fake_engine import ScriptedEngine
 from judges.base import Verdict
 from orchestrator.reasoner import Reasoner
 from orchestrator.trace import Trace
-from workflows.agent import Agent, AgentError, ToolCall, parse_action
+from workflows.agents.agent import Agent, AgentError, ToolCall, parse_action
 from workflows.examples.tools import calculator
-from workflows.tools import ToolError, as_tool, make_tool, tool
+from workflows.agents.tools import ToolError, as_tool, make_tool, tool
 
 TOOLS = {"calculator": as_tool(calculator)}
 

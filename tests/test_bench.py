@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.report import PLOTS, acceptance_by_position, paired_counts, summarize
+from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
+from workflows.eval.report import PLOTS, acceptance_by_position, paired_counts, summarize
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -175,7 +175,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     for f in ["report.md", *PLOTS]:
         (tmp_path / "run" / f).unlink()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "bench", "report",
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report",
                         str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "specreason" in r.stdout and "100.0%" in r.stdout
@@ -207,7 +207,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     (["--mode", "both", "--latency-strategies", "target-only,sr"], "--latency-strategies: sr not in --strategies"),
 ])
 def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, message):
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "bench",
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench",
                         "--target", "/nonexistent-model", "--spec", "none", "--output-dir", str(tmp_path / "r"),
                         "--no-progress", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -291,7 +291,7 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
 
 
 def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkeypatch):
-    import workflows.bench as bench
+    import workflows.eval.bench as bench
 
     monkeypatch.setattr(bench, "build_engines", lambda *a, **k: pytest.fail("a model was loaded"))
     data = write_problems(tmp_path / "add.jsonl", 2)
@@ -312,7 +312,7 @@ def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkey
 
 
 def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_time(tmp_path, monkeypatch):
-    import workflows.bench as bench
+    import workflows.eval.bench as bench
 
     target, draft = slow_engines()
     built = {}
@@ -389,7 +389,7 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
     assert 2 <= len(read_samples(run / "samples_add_sr-strict_throughput.jsonl")) <= 4
 
     target, draft = slow_engines()
-    with caplog.at_level("WARNING", logger="workflows.bench"):
+    with caplog.at_level("WARNING", logger="workflows.eval"):
         done = asyncio.run(run_bench(arm_spec(data), run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-strict is incomplete" in caplog.text and "running it again" in caplog.text
     assert done["status"] == "complete" and done["config"]["modes"] == ["throughput"]  # the run's own config
@@ -469,7 +469,7 @@ def test_report_of_a_committed_run_rebuilds(tmp_path):
     shutil.copytree(source, run)
     for f in ["report.md", *PLOTS]:
         (run / f).unlink()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "bench", "report", str(run)],
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report", str(run)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     report = (run / "report.md").read_text()
@@ -512,7 +512,7 @@ def test_bench_command_on_real_vllm_survives_sigterm_and_resumes(tmp_path_factor
     target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"bench{seed}"), seed=seed, weight_std=0.5,
                                       tie_word_embeddings=False) for seed in (0, 1))
     run = tmp_path_factory.mktemp("bench-run") / "run"
-    cli = [sys.executable, "-c", "from workflows.cli import main; main()", "bench"]
+    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "bench"]
     common = ["--no-progress"]
     args = ["--dataset", "gsm8k", "--limit", "10", "--strategies", "target-only,specreason", "--target", str(target),
             "--draft", str(draft), "--spec", "none", "--delimiter", "ge", "--max-step-tokens", "8",

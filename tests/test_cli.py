@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from orchestrator.reasoner import _NotLoaded
-from workflows.datasets import DatasetError, load_problems
+from workflows.eval.datasets import DatasetError, load_problems
 
 
 def stepspec(*args, env=None):
     return subprocess.run(
-        [sys.executable, "-c", "from workflows.cli import main; main()", *args],
+        [sys.executable, "-c", "from workflows.cli.app import main; main()", *args],
         capture_output=True, text=True, timeout=120, env=env,
     )
 
@@ -100,7 +100,7 @@ def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
     out = tmp_path_factory.mktemp("trace") / "trace.json"
     log_dir = tmp_path_factory.mktemp("logs")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli import main; main()", "solve", "How many eggs are left?",
+        [sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "How many eggs are left?",
          "--strategy", "specreason", "--first-target-steps", "0", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "8", "--max-tokens", "40", "--max-steps", "5",
          "--kv-cache-gib", "0.25", "--max-model-len", "512", "--trace-out", str(out)],
@@ -127,7 +127,7 @@ def test_a_cut_steps_mark_stays_on_one_line_in_a_narrow_terminal(monkeypatch):
     from rich.console import Console
 
     from orchestrator.trace import StepRecord
-    from workflows import cli
+    from workflows.cli import app as cli
 
     narrow = Console(width=40, force_terminal=False, color_system=None, record=True)
     monkeypatch.setattr(cli, "console", narrow)
@@ -142,7 +142,7 @@ def test_a_cut_steps_mark_stays_on_one_line_in_a_narrow_terminal(monkeypatch):
 
 
 def test_bench_opt_values_none_and_null_switch_an_option_off():
-    from workflows.cli import _strategy_options
+    from workflows.cli.app import _strategy_options
 
     opts = _strategy_options(["sr"], None, None, None, None,
                              ["sr.strategy=specreason", "sr.judge=likelihood", "sr.judge.floor=none",
@@ -172,8 +172,8 @@ def _bench_config(args, monkeypatch):
     """The run's spec and each arm's checked reasoner, as `stepspec bench ARGS` would save them."""
     from typer.testing import CliRunner
 
-    import workflows.bench as bench
-    from workflows.cli import app
+    import workflows.eval.bench as bench
+    from workflows.cli.app import app
 
     built = {}
 

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from workflows.datasets import DATA_ENV, DatasetError, load_dataset, select
+from workflows.eval.datasets import DATA_ENV, DatasetError, load_dataset, select
 
 
 @pytest.mark.parametrize("name, count, grader", [
@@ -22,7 +22,7 @@ def test_named_datasets_load_from_the_shared_folder(name, count, grader):
 
 
 def test_every_named_reference_is_gradable():
-    from workflows.graders import get_grader
+    from workflows.eval.graders import get_grader
 
     for name in ("gsm8k", "aime24", "aime25"):
         data = load_dataset(name)

@@ -3,7 +3,7 @@
 import pytest
 
 from orchestrator.steps import last_boxed
-from workflows.graders import AIMEGrader, GSM8KGrader, MathGrader, NumericGrader, extract_answer, get_grader
+from workflows.eval.graders import AIMEGrader, GSM8KGrader, MathGrader, NumericGrader, extract_answer, get_grader
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
@@ -7,7 +9,7 @@ def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
         "import sys\n"
         "import engine, orchestrator, judges, routers, workflows\n"
         "import engine.vllm_backend, engine.openai_backend, engine.models, engine.speculation\n"
-        "import workflows.cli, workflows.datasets, orchestrator.reasoner, orchestrator.strategies\n"
+        "import workflows.cli.app, workflows.eval.datasets, orchestrator.reasoner, orchestrator.strategies\n"
         "heavy = sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )
@@ -16,24 +18,81 @@ def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
     assert r.stdout.strip() == "", f"imported at package import time: {r.stdout.strip()}"
 
 
-def test_data_flows_one_way():
-    """workflows -> orchestrator -> judges/routers -> engine: no import goes back up."""
-    import ast
-    from pathlib import Path
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows")
+# Layers, lowest first: a module imports only from lower layers or its own unit. Within
+# workflows/ each sub-package is a unit of its own.
+LAYER = {"common": 0, "engine": 1, "judges": 2, "routers": 2, "orchestrator": 3,
+         "workflows.agents": 4, "workflows.eval": 4, "workflows.examples": 5, "workflows.routing": 5,
+         "workflows.flows": 5, "workflows.cli": 6}
+# Old import paths kept for users (``from workflows.tools import tool``); no stepspec module uses them.
+COMPAT = {"workflows.tools", "workflows.agent", "workflows.lm_eval_model"}
 
-    root = Path(__file__).resolve().parent.parent
-    layer = {"engine": 0, "judges": 1, "routers": 1, "orchestrator": 2, "workflows": 3}
+
+def _unit(module: str) -> str | None:
+    """The layer unit of a module name (workflows.eval.bench -> workflows.eval), or None if not ours."""
+    parts = module.split(".")
+    if parts[0] not in PACKAGES:
+        return None
+    if parts[0] == "workflows" and len(parts) > 1 and f"workflows.{parts[1]}" in LAYER:
+        return f"workflows.{parts[1]}"
+    return parts[0]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            rel = path.relative_to(ROOT).with_suffix("")
+            out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
+    return out
+
+
+def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, names imported from it) for every absolute import in the file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, tuple(a.name for a in node.names)))
+    return out
+
+
+def test_data_flows_one_way():
+    """common <- engine <- judges/routers <- orchestrator <- workflows, and inside workflows
+    agents/eval <- examples/routing/flows <- cli: no import goes sideways or back up."""
     violations = []
-    for package, level in layer.items():
-        for path in (root / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = []
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module]
-                for name in names:
-                    top = name.split(".")[0]
-                    if top in layer and top != package and layer[top] >= level:
-                        violations.append(f"{path.relative_to(root)} imports {name}")
+    for module, path in _modules().items():
+        unit = _unit(module)
+        if module in COMPAT or unit not in LAYER:
+            continue
+        for imported, _ in _imports(path):
+            other = _unit(imported)
+            if imported in COMPAT:
+                violations.append(f"{module} imports the compatibility name {imported}")
+            elif other is not None and other != unit and (other not in LAYER or LAYER[other] >= LAYER[unit]):
+                violations.append(f"{module} imports {imported}")
     assert violations == []
+
+
+def test_no_private_name_crosses_a_unit():
+    violations = [f"{module} imports {name} from {imported}"
+                  for module, path in _modules().items()
+                  for imported, names in _imports(path)
+                  for name in names
+                  if name.startswith("_") and _unit(imported) not in (None, _unit(module))]
+    assert violations == []
+
+
+def test_no_import_cycle():
+    import networkx as nx
+
+    modules = _modules()
+    graph = nx.DiGraph()
+    for module, path in modules.items():
+        for imported, names in _imports(path):
+            # "from package import module" imports the module
+            targets = [f"{imported}.{n}" for n in names if f"{imported}.{n}" in modules] or [imported]
+            graph.add_edges_from((module, t) for t in targets if t in modules and t != module)
+    assert list(nx.simple_cycles(graph)) == []

@@ -29,7 +29,7 @@ def test_the_harness_scores_a_specreason_reasoner(tmp_path):
     from lm_eval.tasks import TaskManager
 
     from orchestrator.reasoner import Reasoner
-    from workflows.lm_eval_model import StepspecLM, cut_at
+    from workflows.eval.lm_eval_model import StepspecLM, cut_at
 
     rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]
     data = tmp_path / "gsm8k_test.jsonl"
@@ -68,7 +68,7 @@ def test_lm_eval_command_runs_stepspec_on_real_vllm(tmp_path_factory):
                                       tie_word_embeddings=False) for seed in (0, 1))
     out = tmp_path_factory.mktemp("lm-eval-out")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli import main; main()", "lm-eval", "--model", "stepspec",
+        [sys.executable, "-c", "from workflows.cli.app import main; main()", "lm-eval", "--model", "stepspec",
          "--model_args", f"strategy=specreason,target={target},draft={draft},delimiter=ge,max_tokens=24,"
                          "max_step_tokens=8,max_steps=3,kv_cache_gib=0.25,max_model_len=512",
          "--tasks", "gsm8k_stepspec", "--include_path", str(TASKS), "--limit", "3",

@@ -13,7 +13,7 @@ from engine.vllm_backend import VLLMEngine
 from judges.base import StepCandidate
 from judges.score import ScoreJudge
 from orchestrator.prompts import opening_messages
-from workflows.datasets import load_problems
+from workflows.eval.datasets import load_problems
 from orchestrator.stepgen import opening_prompt as build_prompt
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
-from workflows.datasets import load_problems
-from workflows.graders import get_grader
+from workflows.eval.datasets import load_problems
+from workflows.eval.graders import get_grader
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
@@ -27,7 +27,7 @@ def prepared():
 def test_gsm8k_example_runs_from_the_command_line(tmp_path):
     question = "A baker makes 12 muffins a day for 5 days and sells 41 of them. How many are left?"
     record = tmp_path / "record.json"
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli import main; main()", "run",
+    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "run",
                         str(EXAMPLES / "gsm8k_specreason.yaml"), "--input", f"question={question}",
                         "--output", str(record)], capture_output=True, text=True, timeout=1200,
                        env={**os.environ, "COLUMNS": "200"})
@@ -53,9 +53,9 @@ AGENT_PROBLEMS = (1, 3, 6)
 def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
     """The calculator_agent example, in process: the agent's thoughts are SpecReason steps
     on the real pair, its calculator calls are parsed, run and fed back, and it answers."""
-    from workflows.agent import OBSERVATION
-    from workflows.runner import WorkflowRun
-    from workflows.spec import load_workflow
+    from workflows.agents.agent import OBSERVATION
+    from workflows.flows.runner import WorkflowRun
+    from workflows.flows.spec import load_workflow
 
     problems = [load_problems("gsm8k")[i] for i in AGENT_PROBLEMS]
     grader = get_grader("gsm8k")

@@ -220,7 +220,7 @@ def test_tree_search_on_tiny_real_models(tmp_path_factory):
 def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
     from rich.console import Console
 
-    from workflows.tree_view import draw_tree, rich_tree
+    from workflows.cli.tree_view import draw_tree, rich_tree
 
     trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
                              target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2))
@@ -235,7 +235,7 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
 
 def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path):
     from test_bench import engines, write_problems
-    from workflows.bench import BenchSpec, run_bench
+    from workflows.eval.bench import BenchSpec, run_bench
 
     data = write_problems(tmp_path / "p.jsonl", n=3)
     spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
@@ -263,7 +263,7 @@ def test_solve_shows_and_draws_the_tree_on_real_vllm(tmp_path_factory):
                                       tie_word_embeddings=False) for seed in (0, 1))
     out = tmp_path_factory.mktemp("tree")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli import main; main()", "solve", "How many eggs are left?",
+        [sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "How many eggs are left?",
          "--strategy", "tree", "--opt", "k=2", "--opt", "beam=2", "--opt", "max_depth=3",
          "--judge-opt", "threshold=0", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "6", "--max-tokens", "24", "--kv-cache-gib", "0.25",

@@ -23,11 +23,11 @@ from openai_server import free_port, stop_process, vllm_server
 from engine.openai_backend import OpenAIEngine
 from engine.protocol import EngineUnavailableError
 from engine.types import GenerationRequest, SamplingSpec
-from workflows.runner import WorkflowRun, load_record
-from workflows.spec import WorkflowError, load_workflow
+from workflows.flows.runner import WorkflowRun, load_record
+from workflows.flows.spec import WorkflowError, load_workflow
 
 ROOT = Path(__file__).parent.parent
-CLI = [sys.executable, "-c", "from workflows.cli import main; main()"]
+CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
 
 QUESTIONS = ["q0", "q1", "q2", "q3"]

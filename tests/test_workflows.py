@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.runner import WorkflowRun, check_workflow
-from workflows.spec import WorkflowError, json_schema, load_workflow
+from workflows.flows.runner import WorkflowRun, check_workflow
+from workflows.flows.spec import WorkflowError, json_schema, load_workflow
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "workflows" / "examples").glob("*.yaml"))
-CLI = [sys.executable, "-c", "from workflows.cli import main; main()"]
+CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300"}
 
 GOOD = """\
@@ -257,7 +257,7 @@ def test_the_block_workflow_is_valid(tmp_path):
 def test_validate_command_rejects_a_duplicate_key_and_a_misspelt_strategy(tmp_path):
     from typer.testing import CliRunner
 
-    from workflows.cli import app
+    from workflows.cli.app import app
 
     path = tmp_path / "wf.yaml"
     path.write_text(BLOCK)
@@ -419,7 +419,7 @@ LIKELIHOOD_YAML = specreason_workflow("""\
 
 def test_a_workflow_names_the_likelihood_judge_and_its_options(tmp_path):
     from judges.likelihood import LikelihoodJudge
-    from workflows.runner import WorkflowError
+    from workflows.flows.runner import WorkflowError
 
     engines = {"target": ScriptedEngine("target"), "draft": ScriptedEngine("draft")}
     path = tmp_path / "lik.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from workflows.tools import tool
+from workflows.agents.tools import tool
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,

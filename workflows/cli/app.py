@@ -26,7 +26,7 @@ from engine.models import (
     prepared_path,
 )
 from engine.protocol import EngineError
-from workflows.datasets import DatasetError
+from workflows.eval.datasets import DatasetError
 
 app = typer.Typer(
     help="stepspec: reasoning-level speculative orchestration over vLLM.",
@@ -251,8 +251,8 @@ def solve(
     from orchestrator.run import Budget, ReasoningError
     from orchestrator.steps import StepRules
     from orchestrator.strategies import get_strategy
-    from workflows.datasets import load_dataset
-    from workflows.graders import get_grader
+    from workflows.eval.datasets import load_dataset
+    from workflows.eval.graders import get_grader
 
     reference = grader = None
     if question is None:
@@ -343,7 +343,7 @@ def solve(
         if not trace.search or "tree" not in trace.search:
             raise ValueError(f"--show-tree/--tree-png need a tree search (--strategy tree or tree-target), "
                              f"not '{strategy}'")
-        from workflows.tree_view import draw_tree, rich_tree
+        from workflows.cli.tree_view import draw_tree, rich_tree
 
         if show_tree:
             console.rule("search tree")
@@ -429,7 +429,7 @@ class _LiveProgress:
             self.tasks[s] = self.progress.add_task(self._describe(s), total=num_problems, completed=len(done[s]))
 
     def sample(self, record) -> None:
-        from workflows.bench import progress_key
+        from workflows.eval.bench import progress_key
 
         s = progress_key(record["strategy"], record.get("mode", "latency"))
         self.seen[s].append(record)
@@ -441,7 +441,7 @@ class _LiveProgress:
 
 
 def _print_results(results: dict, run_dir: str) -> None:
-    from workflows.report import comparison_table, table
+    from workflows.eval.report import comparison_table, table
 
     name = os.path.basename(results["config"]["dataset"])
     shown = console if console.is_terminal else Console(width=200)  # a log file gets the whole table
@@ -522,7 +522,7 @@ def bench(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from workflows.bench import BenchSpec, run_bench
+    from workflows.eval.bench import BenchSpec, run_bench
 
     _setup_logging(verbose)
     if resume:
@@ -568,7 +568,7 @@ def bench(
 @bench_app.command("report")
 def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds results_*.json).")) -> None:
     """Rebuild report.md and the plots of a run from its files, and print its tables."""
-    from workflows.report import recompute, write_report
+    from workflows.eval.report import recompute, write_report
 
     path = write_report(run_dir)
     results, _, _ = recompute(run_dir)
@@ -611,7 +611,7 @@ def router_collect(
     import asyncio
     import signal
 
-    from workflows.router_collect import CollectSpec, collect
+    from workflows.routing.collect import CollectSpec, collect
 
     _setup_logging(verbose)
     spec_ = CollectSpec(source=source, num_problems=num_problems, seed=seed, question_field=question_field,
@@ -721,8 +721,8 @@ def validate(path: str = typer.Argument(..., help="A workflow YAML file.")) -> N
     """Check a workflow file without loading any model: syntax, duplicate keys, unknown keys,
     every name it uses (engines, models, strategies, judges, routers and their options, tools),
     references and cycles; errors name the YAML line and the closest valid name."""
-    from workflows.runner import check_workflow
-    from workflows.spec import load_workflow
+    from workflows.flows.runner import check_workflow
+    from workflows.flows.spec import load_workflow
 
     w = load_workflow(path)
     notes = check_workflow(w, check_env=False)
@@ -737,7 +737,7 @@ def validate(path: str = typer.Argument(..., help="A workflow YAML file.")) -> N
 @app.command()
 def schema(out: Optional[str] = typer.Option(None, help="Write it to this file instead of printing it.")) -> None:
     """The JSON Schema of workflow files (point your editor's YAML support at it)."""
-    from workflows.spec import json_schema
+    from workflows.flows.spec import json_schema
 
     text = json.dumps(json_schema(), indent=2)
     if out:
@@ -766,9 +766,9 @@ def run_workflow(
     import shlex
     import signal
 
-    from workflows.runner import (NodeStatus, RunStatus, WorkflowRun, check_inputs, check_workflow, load_record,
+    from workflows.flows.runner import (NodeStatus, RunStatus, WorkflowRun, check_inputs, check_workflow, load_record,
                                   resumed_records)
-    from workflows.spec import load_workflow
+    from workflows.flows.spec import load_workflow
 
     _setup_logging(verbose)
     w = load_workflow(path)
@@ -846,7 +846,7 @@ def lm_eval(ctx: typer.Context) -> None:
     --include_path workflows/lm_eval_tasks --limit 3` (all arguments are the harness's)."""
     _setup_logging(0)
     try:
-        from workflows import lm_eval_model
+        from workflows.eval import lm_eval_model
     except ImportError as e:
         raise ValueError(f"stepspec lm-eval needs lm-evaluation-harness: pip install 'stepspec[eval]' ({e})") from e
     lm_eval_model.main(list(ctx.args))

@@ -73,7 +73,7 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     elif os.environ.get(DATA_ENV):
         candidates.append(Path(os.environ[DATA_ENV]))
     else:
-        project = Path(__file__).resolve().parent.parent
+        project = Path(__file__).resolve().parents[2]  # the checkout
         candidates += [project.parent / "shared" / "data", Path.cwd() / "shared" / "data",
                        Path.cwd().parent / "shared" / "data"]
     for c in candidates:

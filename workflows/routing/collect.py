@@ -33,6 +33,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
+from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl
 from engine.exclusive import TurnTaking
 from engine.protocol import Engine
 from judges.registry import make_judge
@@ -41,9 +42,9 @@ from orchestrator.reasoner import build_engines
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from routers.base import RoutingExample
-from workflows.bench import git_hash, hardware, versions
-from workflows.datasets import DATASETS, DatasetError, Problem, find_data_dir, load_dataset
-from workflows.graders import get_grader
+from workflows.eval.rundir import git_hash, hardware, versions
+from workflows.eval.datasets import DATASETS, DatasetError, Problem, find_data_dir, load_dataset
+from workflows.eval.graders import get_grader
 
 logger = logging.getLogger(__name__)
 
@@ -136,24 +137,11 @@ def training_problems(spec: CollectSpec) -> list[Problem]:
 
 
 def _read_jsonl_ids(path: Path, key: str) -> set:
-    ids = set()
-    if not path.is_file():
-        return ids
-    lines = path.read_text().splitlines()
-    for n, line in enumerate(lines, 1):
-        try:
-            ids.add(json.loads(line)[key])
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            if n == len(lines):
-                continue  # cut off mid-write: that problem is collected again
-            raise CollectError(f"{path}:{n}: malformed line ({e}); remove it to resume") from e
-    return ids
-
-
-def _append(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
+    """The ``key`` of every record (a last line cut off mid-write: that problem is collected again)."""
+    try:
+        return set(read_jsonl(path, lambda record: record[key]).records)
+    except JsonlError as e:
+        raise CollectError(f"{e.path}:{e.lineno}: malformed line ({e.cause}); remove it to resume") from e
 
 
 async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency: int = 8, overlap: bool = False,
@@ -193,9 +181,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
     info["sessions"].append(session)
 
     def save() -> None:
-        tmp = files.config.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(info, indent=2))
-        tmp.replace(files.config)
+        atomic_write_json(files.config, info)
 
     save()
     if not todo:
@@ -220,7 +206,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
         pid = f"{spec.source}:{spec.seed}:{p.index}"
 
         def write(ex: RoutingExample) -> None:
-            _append(files.examples, ex.to_dict())
+            append_jsonl(files.examples, ex.to_dict())
             session["num_examples"] += 1
 
         async with gate:
@@ -235,7 +221,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
                       "num_target_won": sum(1 for s in trace.steps if s.author == "target"),
                       "stop_reason": trace.stop_reason, "error": trace.error, "seconds": trace.seconds}
             if trace.error is None:  # a problem cut short by an engine failure is collected again
-                _append(files.problems, record)
+                append_jsonl(files.problems, record)
             session["num_problems"] += 1
             session["seconds"] = time.perf_counter() - t_run
             save()

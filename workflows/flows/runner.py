@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from common.files import atomic_write_json
 from engine.models import ModelError, resolve_model
 from engine.protocol import Engine, EngineUnavailableError
 from judges.base import JudgeError
@@ -47,8 +48,8 @@ from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import STRATEGIES, StrategyError
 from routers.base import RouterError
-from workflows.agent import Agent
-from workflows.spec import (
+from workflows.agents.agent import Agent
+from workflows.flows.spec import (
     REF,
     AgentNode,
     LoadedWorkflow,
@@ -62,7 +63,7 @@ from workflows.spec import (
     node_references,
     references,
 )
-from workflows.tools import Tool, load_tool
+from workflows.agents.tools import Tool, load_tool
 
 
 class NodeStatus(str, enum.Enum):
@@ -618,8 +619,6 @@ def _convert(name: str, raw: Any, kind: str) -> Any:
 def write_record(record: dict[str, Any], path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write_json(path, record, default=str)
     return path
 

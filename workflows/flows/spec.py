@@ -28,13 +28,14 @@ A minimal file::
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+
+from common.names import closest
 
 REF = re.compile(r"\$\{([A-Za-z_][\w-]*)\.([A-Za-z_]\w*)\}|\$\{(item)\}")
 NODE_FIELDS = ("output", "text", "answer")  # what ${node.FIELD} may read
@@ -306,8 +307,8 @@ class _Lines:
 
 
 def _closest(name: str, choices) -> str:
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.5)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    match = closest(name, choices, cutoff=0.5)
+    return f"; did you mean '{match}'?" if match else ""
 
 
 class LoadedWorkflow:

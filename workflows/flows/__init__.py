@@ -1,0 +1,1 @@
+"""YAML workflow files: their pydantic specs and the runner."""

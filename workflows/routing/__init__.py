@@ -1,0 +1,1 @@
+"""Collecting routing data (which steps the target should write) for `stepspec router`."""
