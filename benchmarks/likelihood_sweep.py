@@ -18,7 +18,8 @@ import json
 import sys
 import time
 
-from orchestrator.reasoner import Reasoner, build_engines
+from engine.config import EnginePair, build_engines
+from orchestrator.reasoner import Reasoner
 from orchestrator.run import Budget
 from workflows.eval.datasets import load_dataset
 from workflows.eval.graders import get_grader
@@ -41,8 +42,8 @@ async def main(out):
     data = load_dataset("gsm8k")
     grader = get_grader(data.grader)
     probs = data.problems[100:130]
-    target, draft = build_engines("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", kv_cache_gib=2.0, max_model_len=4096,
-                                  max_num_seqs=32)
+    pair = EnginePair(target_spec="none", kv_cache_gib=2.0, max_model_len=4096, max_num_seqs=32)  # the bundled pair
+    target, draft = build_engines(dict(zip(("target", "draft"), pair.engines()))).values()
     await target.start(); await draft.start()
     budget = Budget(max_tokens=640)
     for name in sys.argv[2].split(","):

@@ -19,12 +19,18 @@ from typing import Any, Callable, TypeVar
 T = TypeVar("T")
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part."""
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> None:
+    """``write(tmp)`` writes the new file beside ``path``; it then replaces ``path`` in one
+    rename, so a reader sees the old file or the new one, never a part (torch.save, ...)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    write(tmp)
     tmp.replace(path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """:func:`atomic_write` of ``text``."""
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, **dumps: Any) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -41,14 +41,14 @@ class Options(BaseModel):
         return tuple(f.alias or n for n, f in cls.model_fields.items())
 
     @classmethod
-    def build(cls, options: Options | Mapping[str, Any] | None = None, **overrides: Any) -> Any:
+    def build(cls, options: Options | Mapping[str, Any] | None = None, **overrides: Any) -> Self:
         """``options`` (a model, a mapping, or None: every default) with ``overrides`` on top, validated."""
         if isinstance(options, cls) and not overrides:
             return options
         return cls.parse({**_as_mapping(options), **overrides})
 
     @classmethod
-    def parse(cls, data: Mapping[str, Any], owner: str | None = None) -> Any:
+    def parse(cls, data: Mapping[str, Any], owner: str | None = None) -> Self:
         """Validate ``data``; a mistake raises ``cls.error`` with what :func:`explain` says."""
         try:
             return cls.model_validate(dict(data))
@@ -87,6 +87,11 @@ def explain(model: type[BaseModel], error: ValidationError, owner: str) -> str:
     loc, kind, value = e["loc"], e["type"], e.get("input")
     parent, field = _walk(model, loc[:-1]), None
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    if kind in ("value_error", "assertion_error"):  # a validator's own words
+        msg = e["msg"].split(", ", 1)[-1]
+        return f"{owner}: {path}: {msg}" if path else f"{owner}: {msg}"
+    if not loc:
+        return f"{owner}: {e['msg']}"
     if kind == "extra_forbidden" and parent is not None:
         names = parent.names() if issubclass(parent, Options) else tuple(parent.model_fields)
         prefix = path[: len(path) - len(str(loc[-1]))]
@@ -95,9 +100,6 @@ def explain(model: type[BaseModel], error: ValidationError, owner: str) -> str:
         listing = f"Options of '{prefix.rstrip('.')}'" if prefix else "Its options"
         return (f"{owner} has no option '{path}'.{hint} " + (f"{listing}: {', '.join(names)}" if names
                                                             else "It takes no options."))
-    if kind in ("value_error", "assertion_error"):
-        msg = e["msg"].split(", ", 1)[-1]
-        return f"{owner}: {path}: {msg}" if path else f"{owner}: {msg}"
     if parent is not None and isinstance(loc[-1], str):
         field = _field(parent, loc[-1])
     elif isinstance(loc[-1], int) and len(loc) >= 2:  # an item of a sequence field

@@ -21,7 +21,6 @@ Hugging Face id) into what vLLM loads.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib
 import json
@@ -32,6 +31,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Optional
 from pathlib import Path
+
+from common.names import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +149,7 @@ def get_preset(name: str) -> GGUFPreset | FolderPreset:
 
 def _unknown_model_message(name: str) -> str:
     names = sorted(PRESETS) + sorted(ALIASES)
-    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.5)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
+    hint = did_you_mean(name.lower(), names, cutoff=0.5)
     return (
         f"unknown model '{name}': it is not a preset, not an existing local path, "
         f"and not a Hugging Face id of the form 'org/name'.{hint} "

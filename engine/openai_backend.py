@@ -14,7 +14,7 @@ How the protocol maps onto the server:
   backend adds none either); token-id prompts are sent as a list of ints. The server
   returns the generated token ids (``return_token_ids``) and, when logprobs are asked,
   keys them by token id (``return_tokens_as_token_ids``: ``"token_id:123"``); the text
-  of each token id comes from the local tokenizer when one is given, else from the
+  of each token id comes from the local tokenizer when there is one, else from the
   server's ``/detokenize`` (cached per id).
 * ``finish_reason``: ``"length"`` -> LENGTH; ``"stop"`` with a string ``stop_reason``
   (SGLang: ``matched_stop``) -> STOP with that stop string; ``"stop"`` otherwise -> EOS.
@@ -31,7 +31,7 @@ How the protocol maps onto the server:
     rank, and the model's top-k there. vLLM's server cannot be told to read the prefix
     cache for such a request (its completion API has no ``skip_reading_prefix_cache``,
     and a request with prompt logprobs skips the cache by default), so every scoring
-    request prefills its whole prompt.
+    request prefills its whole prompt, unlike the in-process backend.
   - ``echo`` + ``logprobs`` (servers that ignore or refuse ``prompt_logprobs``): the echoed
     prompt's ``token_logprobs`` and ``top_logprobs``. The rank is then counted from the
     top list, so a token outside the top-k is reported with rank ``top_k + 1``.
@@ -39,22 +39,26 @@ How the protocol maps onto the server:
   A server that reports cached prompt tokens reaching into the continuation would have
   read garbage logprobs from its cache; that request is sent again with a fresh
   ``cache_salt`` (vLLM: no cache hit), and it is an error if the cache is still read.
-* ``count_tokens`` / ``apply_chat_template`` are synchronous: they use the local
-  tokenizer when ``tokenizer`` is given, else vLLM's ``/tokenize`` and ``/detokenize``.
+* ``encode`` / ``count_tokens`` / ``apply_chat_template`` are synchronous and send
+  nothing: they use the tokenizer :meth:`OpenAIEngine.start` loads in a worker thread
+  (the ``tokenizer`` argument, else the served model's ``root`` from ``/v1/models``,
+  vLLM's path or Hugging Face id of the model, when this machine has it). Without
+  one they raise an EngineError naming the fix, and the async paths tokenize on the
+  server (``/tokenize``, ``/detokenize``).
 
-Failures raise :class:`engine.protocol.EngineError` naming the problem and the fix.
-Connection errors (refused, or dropped by a server that died mid-request), 5xx and 429
-are retried ``max_retries`` times with exponential backoff (0.5 + 1 + 2 s by default, so
-a dead server is reported within seconds); other 4xx never are. A server that stops
-answering is an :class:`engine.protocol.EngineUnavailableError` naming its URL, whether
-it answered at :meth:`OpenAIEngine.start` (then it crashed or was stopped mid-run), and
-the fix.
+Everything that talks to the server is async and goes through one request path, retried
+by tenacity: connection errors (refused, or dropped by a server that died mid-request),
+5xx and 429 (waiting at least its ``Retry-After``) are retried ``max_retries`` times with
+exponential backoff (0.5 + 1 + 2 s by default, so a dead server is reported within
+seconds); other 4xx never are. Failures raise :class:`engine.protocol.EngineError`
+naming the problem and the fix. A server that stops answering is an
+:class:`engine.protocol.EngineUnavailableError` naming its URL, whether it answered at
+:meth:`OpenAIEngine.start` (then it crashed or was stopped mid-run), and the fix.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 import os
 import time
@@ -63,7 +67,9 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Self
 
 import httpx
+import tenacity
 
+from common.names import did_you_mean
 from engine.protocol import EngineError, EngineUnavailableError
 from engine.stats import EngineStats, SpecDecodingStats
 from engine.types import (
@@ -97,6 +103,10 @@ _PROMPT_LOGPROBS = "prompt_logprobs"
 _ECHO = "echo"
 
 
+def _retryable_status(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
 class ServerHTTPError(EngineError):
     """The server answered with an error status (after retries, for 429 and 5xx).
 
@@ -113,13 +123,17 @@ class _PromptLogprobsIgnored(EngineError):
     """A 2xx answer without ``prompt_logprobs``: the server ignored the field."""
 
 
-def _model_cards(resp: httpx.Response) -> list[dict[str, Any]]:
-    """The model cards of a ``/v1/models`` answer."""
-    return resp.json().get("data") or []
+class _RetryableStatus(Exception):
+    """A 429 or 5xx answer: retried while attempts are left."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
-def _served_ids(resp: httpx.Response) -> list[str]:
-    return [str(c.get("id")) for c in _model_cards(resp)]
+def _model_cards(resp: httpx.Response) -> dict[str, dict[str, Any]]:
+    """The model cards of a ``/v1/models`` answer, by served name."""
+    return {str(c.get("id")): c for c in resp.json().get("data") or []}
 
 
 def _request_spec_stats(body: Mapping[str, Any]) -> SpecDecodingStats | None:
@@ -128,9 +142,8 @@ def _request_spec_stats(body: Mapping[str, Any]) -> SpecDecodingStats | None:
     spec = (body.get("metrics") or {}).get("speculative_decoding")
     if not spec:
         return None
-    return SpecDecodingStats.from_histogram(
-        int(spec["num_spec_tokens"]), spec["acceptance_histogram"], int(spec["num_draft_tokens"])
-    )
+    return SpecDecodingStats.from_histogram(int(spec["num_spec_tokens"]), spec["acceptance_histogram"],
+                                            int(spec["num_draft_tokens"]))
 
 
 def _server_message(resp: httpx.Response) -> str:
@@ -145,21 +158,17 @@ def _server_message(resp: httpx.Response) -> str:
             return str(err["message"])
         if isinstance(err, str):
             return err
-        if body.get("message"):
-            return str(body["message"])
-        if body.get("detail"):
-            return str(body["detail"])
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key])
     return str(body)[:1000]
 
 
 def _normalize_base_url(base_url: str) -> str:
     """``http://host:port`` with no trailing ``/`` or ``/v1``: the server root."""
-    url = base_url.strip().rstrip("/")
-    url = url.removesuffix("/v1")
+    url = base_url.strip().rstrip("/").removesuffix("/v1")
     if not url.startswith(("http://", "https://")):
-        raise EngineError(
-            f"base_url {base_url!r} is not an http(s) URL; pass e.g. 'http://127.0.0.1:8000'"
-        )
+        raise EngineError(f"base_url {base_url!r} is not an http(s) URL; pass e.g. 'http://127.0.0.1:8000'")
     return url
 
 
@@ -189,9 +198,10 @@ class OpenAIEngine:
       ``retry_backoff_s * 2**attempt``.
     * ``max_model_len``: the server's context window; read from ``/v1/models`` at
       :meth:`start` when not given. ``max_tokens`` is capped at it.
-    * ``tokenizer``: a local path or Hugging Face id of the model's tokenizer, used
-      for ``count_tokens``, ``apply_chat_template`` and token texts instead of the
-      server's ``/tokenize`` and ``/detokenize``.
+    * ``tokenizer``: a local path or Hugging Face id of the model's tokenizer, loaded
+      at :meth:`start`, for ``count_tokens``, ``apply_chat_template`` and token texts
+      (default: the served model's ``root`` when this machine has it; pass one where it
+      does not, or where the server was started with its own ``--tokenizer``).
     * ``continuation_scoring``: how :meth:`score_continuations` reads the server's
       logprobs: ``"prompt_logprobs"`` (vLLM), ``"echo"`` (``echo`` + ``logprobs``), or
       ``"auto"`` (the first call finds out; :attr:`scoring_mode` then says which).
@@ -199,54 +209,31 @@ class OpenAIEngine:
 
     backend = "openai"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        name: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 3,
-        max_model_len: int | None = None,
-        tokenizer: str | None = None,
-        max_concurrency: int = 64,
-        retry_backoff_s: float = 0.5,
-        continuation_scoring: str = "auto",
-    ) -> None:
+    def __init__(self, base_url: str, model: str, *, name: str | None = None, api_key: str | None = None,
+                 api_key_env: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
+                 max_model_len: int | None = None, tokenizer: str | None = None, max_concurrency: int = 64,
+                 retry_backoff_s: float = 0.5, continuation_scoring: str = "auto") -> None:
+        who = f"engine '{name or model}'"
         if api_key is not None and api_key_env is not None:
-            raise EngineError(f"engine '{name or model}': pass api_key or api_key_env, not both")
+            raise EngineError(f"{who}: pass api_key or api_key_env, not both")
         if api_key_env is not None:
             api_key = os.environ.get(api_key_env)
             if not api_key:
-                raise EngineError(
-                    f"engine '{name or model}': api_key_env={api_key_env!r} names an environment "
-                    f"variable that is not set (or empty); export {api_key_env}=<key> or pass "
-                    "api_key directly"
-                )
+                raise EngineError(f"{who}: api_key_env={api_key_env!r} names an environment variable that is not "
+                                  f"set (or empty); export {api_key_env}=<key> or pass api_key directly")
         if max_retries < 0:
-            raise EngineError(
-                f"engine '{name or model}': max_retries must be >= 0, got {max_retries}"
-            )
+            raise EngineError(f"{who}: max_retries must be >= 0, got {max_retries}")
         if timeout_s <= 0:
-            raise EngineError(f"engine '{name or model}': timeout_s must be > 0, got {timeout_s}")
+            raise EngineError(f"{who}: timeout_s must be > 0, got {timeout_s}")
         if continuation_scoring not in ("auto", _PROMPT_LOGPROBS, _ECHO):
-            raise EngineError(
-                f"engine '{name or model}': continuation_scoring must be auto, {_PROMPT_LOGPROBS} or "
-                f"{_ECHO}; got {continuation_scoring!r}"
-            )
+            raise EngineError(f"{who}: continuation_scoring must be auto, {_PROMPT_LOGPROBS} or {_ECHO}; "
+                              f"got {continuation_scoring!r}")
         if max_concurrency < 1:
-            raise EngineError(
-                f"engine '{name or model}': max_concurrency must be >= 1, got {max_concurrency}"
-            )
+            raise EngineError(f"{who}: max_concurrency must be >= 1, got {max_concurrency}")
         self.base_url = _normalize_base_url(base_url)
-        self.model = model
-        self.name = name or model
-        self.timeout_s = float(timeout_s)
-        self.max_retries = int(max_retries)
-        self.retry_backoff_s = float(retry_backoff_s)
-        self.max_concurrency = int(max_concurrency)
+        self.model, self.name = model, name or model
+        self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
+        self.retry_backoff_s, self.max_concurrency = float(retry_backoff_s), int(max_concurrency)
         self.max_model_len = max_model_len
         self.tokenizer_name = tokenizer
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -254,10 +241,15 @@ class OpenAIEngine:
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
-        self._sync_client: httpx.Client | None = None
+        self._retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type((*_RETRYABLE_TRANSPORT_ERRORS, _RetryableStatus)),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._backoff,
+            before_sleep=tenacity.before_sleep_log(logger, logging.DEBUG), reraise=True)
         self._tokenizer = None
+        self._root: str | None = None  # the served model's path or HF id (its /v1/models card)
         self._token_texts: dict[int, str] = {}
         self._started = False
+        self._starting: asyncio.Task | None = None
         self._stats = EngineStats()
         # How score_continuations reads logprobs from this server (_PROMPT_LOGPROBS or
         # _ECHO); None ("auto") until its first call finds out.
@@ -273,13 +265,8 @@ class OpenAIEngine:
 
     @property
     def info(self) -> EngineInfo:
-        return EngineInfo(
-            name=self.name,
-            backend=self.backend,
-            model=self.model,
-            max_model_len=self.max_model_len,
-            speculative_method=None,
-        )
+        return EngineInfo(name=self.name, backend=self.backend, model=self.model,
+                          max_model_len=self.max_model_len, speculative_method=None)
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -289,18 +276,25 @@ class OpenAIEngine:
         await self.close()
 
     async def start(self) -> None:
-        """Check that the server answers and serves ``model``; learn max_model_len."""
+        """Check that the server answers and serves ``model``; learn max_model_len; load
+        the tokenizer (in a worker thread). Concurrent callers share one start."""
         if self._started:
             return
-        resp = await self._request("GET", "/v1/models")
-        cards = _model_cards(resp)
-        served = _served_ids(resp)
-        if self.model not in served:
-            raise self._model_not_served_error(served)
-        if self.max_model_len is None:
-            card = next(c for c in cards if c.get("id") == self.model)
-            if card.get("max_model_len") is not None:
-                self.max_model_len = int(card["max_model_len"])
+        loop = asyncio.get_running_loop()
+        if self._starting is None or self._starting.done() or self._starting.get_loop() is not loop:
+            self._starting = loop.create_task(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        cards = _model_cards(await self._request("GET", "/v1/models"))
+        if self.model not in cards:
+            raise self._model_not_served_error(list(cards))
+        card = cards[self.model]
+        if self.max_model_len is None and card.get("max_model_len") is not None:
+            self.max_model_len = int(card["max_model_len"])
+        self._root = card.get("root")
+        if self._tokenizer is None and (self.tokenizer_name or self._root):
+            self._tokenizer = await asyncio.to_thread(self._load_tokenizer)
         self._started = True
 
     async def close(self) -> None:
@@ -313,9 +307,6 @@ class OpenAIEngine:
             else:
                 # Opened under an event loop that has ended: its connections went with it.
                 logger.debug("engine '%s': dropping an HTTP client of an ended loop", self.name)
-        sync_client, self._sync_client = self._sync_client, None
-        if sync_client is not None:
-            sync_client.close()
         self._started = False
 
     # -- HTTP ----------------------------------------------------------------------
@@ -327,31 +318,22 @@ class OpenAIEngine:
                 # The old client's connections belong to a loop that is gone; they
                 # cannot be closed from here and are dropped with it.
                 logger.debug("engine '%s': new HTTP client for a new event loop", self.name)
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url,
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=httpx.Limits(
-                    max_connections=self.max_concurrency,
-                    max_keepalive_connections=self.max_concurrency,
-                ),
-            )
+            limits = httpx.Limits(max_connections=self.max_concurrency,
+                                  max_keepalive_connections=self.max_concurrency)
+            self._client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
+                                             timeout=self._timeout, limits=limits)
             self._client_loop = loop
             self._semaphore = asyncio.Semaphore(self.max_concurrency)
         assert self._semaphore is not None
         return self._client, self._semaphore
 
-    def _client_sync(self) -> httpx.Client:
-        if self._sync_client is None:
-            self._sync_client = httpx.Client(
-                base_url=self.base_url, headers=self._headers, timeout=self._timeout
-            )
-        return self._sync_client
-
-    def _backoff(self, attempt: int, resp: httpx.Response | None) -> float:
-        delay = self.retry_backoff_s * (2**attempt)
-        if resp is not None and resp.status_code == 429:
-            retry_after = resp.headers.get("retry-after", "")
+    def _backoff(self, state: tenacity.RetryCallState) -> float:
+        """Seconds before the next attempt: ``retry_backoff_s * 2**n`` after the (n+1)-th,
+        at least a 429's ``Retry-After``, at most 30."""
+        delay = self.retry_backoff_s * 2 ** (state.attempt_number - 1)
+        failure = state.outcome.exception() if state.outcome else None
+        if isinstance(failure, _RetryableStatus) and failure.response.status_code == 429:
+            retry_after = failure.response.headers.get("retry-after", "")
             if retry_after.replace(".", "", 1).isdigit():
                 delay = max(delay, float(retry_after))
         return min(delay, _MAX_BACKOFF_S)
@@ -360,69 +342,31 @@ class OpenAIEngine:
         """One HTTP call with retries; returns a 2xx response or raises EngineError."""
         client, semaphore = self._async_client()
         since = time.monotonic()
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                async with semaphore:
-                    resp = await client.request(method, path, json=payload)
-            except httpx.HTTPError as e:
-                self._raise_unless_retryable(path, e, last, since)
-                await asyncio.sleep(self._backoff(attempt, None))
-                continue
-            outcome = self._triage(path, resp, last)
-            if outcome == "retry":
-                await asyncio.sleep(self._backoff(attempt, resp))
-                continue
-            if outcome == "model-missing":
-                raise self._model_not_served_error(_served_ids(await self._request("GET", "/v1/models")))
-            return resp
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _request_sync(self, method: str, path: str, payload: Any = None) -> httpx.Response:
-        """The synchronous twin of :meth:`_request` (tokenizer endpoints)."""
-        client = self._client_sync()
-        since = time.monotonic()
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                resp = client.request(method, path, json=payload)
-            except httpx.HTTPError as e:
-                self._raise_unless_retryable(path, e, last, since)
-                time.sleep(self._backoff(attempt, None))
-                continue
-            outcome = self._triage(path, resp, last)
-            if outcome == "retry":
-                time.sleep(self._backoff(attempt, resp))
-                continue
-            if outcome == "model-missing":
-                raise self._model_not_served_error(_served_ids(self._request_sync("GET", "/v1/models")))
-            return resp
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _raise_unless_retryable(self, path: str, e: httpx.HTTPError, last: bool, since: float) -> None:
-        """After a failed send: return to retry (connection errors, attempts left),
-        else raise the EngineError that names the problem (``since``: the first attempt's
-        ``time.monotonic()``)."""
-        if isinstance(e, _RETRYABLE_TRANSPORT_ERRORS):
-            if last:
-                raise self._unreachable_error(path, e, time.monotonic() - since) from e
-            return
-        if isinstance(e, httpx.TimeoutException):
-            raise self._timeout_error(path, e) from e
-        raise self._transport_error(path, e) from e
-
-    def _triage(self, path: str, resp: httpx.Response, last: bool) -> str:
-        """What a response means: "ok", "retry" (429/5xx, attempts left) or
-        "model-missing"; any other error status raises its EngineError."""
-        if resp.status_code == 429 or resp.status_code >= 500:
-            if last:
-                raise self._http_error(path, resp)
-            return "retry"
-        if self._is_model_missing(resp) and path != "/v1/models":
-            return "model-missing"
+        where = f"engine '{self.name}': request {path} to {self.base_url}"
+        try:
+            async for attempt in self._retrying.copy():
+                with attempt:
+                    async with semaphore:
+                        resp = await client.request(method, path, json=payload)
+                    if _retryable_status(resp.status_code):
+                        raise _RetryableStatus(resp)
+        except _RETRYABLE_TRANSPORT_ERRORS as e:
+            raise self._unreachable_error(path, e, time.monotonic() - since) from e
+        except _RetryableStatus as e:
+            raise self._http_error(path, e.response) from None
+        except httpx.TimeoutException as e:
+            raise EngineError(f"{where} timed out after timeout_s={self.timeout_s:g}s ({type(e).__name__}). "
+                              "Raise timeout_s, or send fewer or shorter requests (max_tokens), or check that "
+                              "the server is not overloaded.") from e
+        except httpx.HTTPError as e:
+            raise EngineError(f"engine '{self.name}': HTTP request {path} to {self.base_url} failed: "
+                              f"{type(e).__name__}: {e}. Check base_url and the server log.") from e
         if resp.status_code >= 400:
+            message = _server_message(resp)
+            if resp.status_code == 404 and self.model in message and "not exist" in message and path != "/v1/models":
+                raise self._model_not_served_error(list(_model_cards(await self._request("GET", "/v1/models"))))
             raise self._http_error(path, resp)
-        return "ok"
+        return resp
 
     # -- errors --------------------------------------------------------------------
 
@@ -441,150 +385,120 @@ class OpenAIEngine:
             "--model ... --port ...`) or fix base_url."
         )
 
-    def _timeout_error(self, path: str, e: Exception) -> EngineError:
-        return EngineError(
-            f"engine '{self.name}': request {path} to {self.base_url} timed out after "
-            f"timeout_s={self.timeout_s:g}s ({type(e).__name__}). Raise timeout_s, or send "
-            "fewer or shorter requests (max_tokens), or check that the server is not overloaded."
-        )
-
-    def _transport_error(self, path: str, e: Exception) -> EngineError:
-        return EngineError(
-            f"engine '{self.name}': HTTP request {path} to {self.base_url} failed: "
-            f"{type(e).__name__}: {e}. Check base_url and the server log."
-        )
-
-    def _is_model_missing(self, resp: httpx.Response) -> bool:
-        if resp.status_code != 404:
-            return False
-        message = _server_message(resp)
-        return self.model in message and "not exist" in message
-
     def _http_error(self, path: str, resp: httpx.Response) -> ServerHTTPError:
-        status = resp.status_code
-        message = _server_message(resp)
-        where = (
-            f"engine '{self.name}': {resp.request.method} {self.base_url}{path} -> HTTP {status}"
-        )
+        status, message = resp.status_code, _server_message(resp)
+        where = f"engine '{self.name}': {resp.request.method} {self.base_url}{path} -> HTTP {status}"
         if status == 404:
             text = f"{where}: {message}. This server does not implement {path}" + (
                 "; pass tokenizer=<path or HF id> so tokenization runs locally"
-                if path in ("/tokenize", "/detokenize")
-                else "; check base_url points at an OpenAI-compatible server"
-            )
+                if path in ("/tokenize", "/detokenize") else "; check base_url points at an OpenAI-compatible server")
         elif status in (401, 403):
-            text = (
-                f"{where}: the server rejected the API key: {message}. Pass api_key or "
-                "api_key_env matching the server's --api-key."
-            )
-        elif status == 429 or status >= 500:
-            text = (
-                f"{where} after {self.max_retries + 1} attempts: {message}. The server is "
-                "overloaded or failing; check its log, lower the concurrency or raise max_retries."
-            )
+            text = (f"{where}: the server rejected the API key: {message}. Pass api_key or api_key_env matching "
+                    "the server's --api-key.")
+        elif _retryable_status(status):
+            text = (f"{where} after {self.max_retries + 1} attempts: {message}. The server is overloaded or "
+                    "failing; check its log, lower the concurrency or raise max_retries.")
         else:
-            text = (
-                f"{where}: the server refused the request: {message}. Fix the request (a prompt "
-                "longer than the server's --max-model-len must be shortened; logprobs above "
-                "--max-logprobs need a server started with a larger one)."
-            )
+            text = (f"{where}: the server refused the request: {message}. Fix the request (a prompt longer than "
+                    "the server's --max-model-len must be shortened; logprobs above --max-logprobs need a server "
+                    "started with a larger one).")
         return ServerHTTPError(text, status=status, server_message=message)
 
     def _model_not_served_error(self, served: list[str]) -> EngineError:
-        close = difflib.get_close_matches(self.model, served, n=1, cutoff=0.0)
-        hint = f" Closest match: {close[0]!r}." if close else ""
         return EngineError(
-            f"engine '{self.name}': model {self.model!r} is not served at {self.base_url}; it "
-            f"serves {served}.{hint} Set model to a served name (the server's "
+            f"engine '{self.name}': model {self.model!r} is not served at {self.base_url}; it serves "
+            f"{served}.{did_you_mean(self.model, served)} Set model to a served name (the server's "
             "--served-model-name) or start the server with this model."
         )
 
     # -- tokenizer -----------------------------------------------------------------
 
-    @property
-    def tokenizer(self):
-        """The local tokenizer (``tokenizer`` argument); None when tokenizing on the server."""
-        if self._tokenizer is None and self.tokenizer_name is not None:
+    def _load_tokenizer(self):
+        """The ``tokenizer`` argument's tokenizer, else the served model's (``root``) when
+        this machine has it (a folder, or in the Hugging Face cache), else None. Blocking:
+        :meth:`start` runs it in a worker thread."""
+        try:
             from transformers import AutoTokenizer
 
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
-            except (OSError, ValueError) as e:
+            if self.tokenizer_name is None:
+                return AutoTokenizer.from_pretrained(self._root, local_files_only=True)
+            return AutoTokenizer.from_pretrained(self.tokenizer_name)
+        except Exception as e:  # transformers missing, not found, not a tokenizer
+            if self.tokenizer_name is not None:
                 raise EngineError(
-                    f"engine '{self.name}': could not load tokenizer {self.tokenizer_name!r}: {e}. "
-                    "Pass the model's local path or Hugging Face id, or leave tokenizer unset to "
-                    "tokenize on the server."
+                    f"engine '{self.name}': could not load tokenizer {self.tokenizer_name!r}: {e}. Pass the "
+                    "model's local path or Hugging Face id (transformers must be installed), or leave "
+                    "tokenizer unset to use the served model's."
                 ) from e
+            logger.info("engine '%s': the served model's tokenizer %r is not on this machine (%s); the server "
+                        "tokenizes", self.name, self._root, e)  # fmt: skip
+            return None
+
+    @property
+    def tokenizer(self):
+        """The local tokenizer loaded at :meth:`start`; None when tokenizing on the server."""
         return self._tokenizer
+
+    def _local_tokenizer(self):
+        """The tokenizer the synchronous methods use: they never ask the server."""
+        if self._tokenizer is not None:
+            return self._tokenizer
+        if not self._started:
+            raise EngineError(f"engine '{self.name}' is not started; await engine.start() first (it loads the "
+                              "tokenizer that encode, count_tokens and apply_chat_template use)")
+        raise EngineError(
+            f"engine '{self.name}': encode, count_tokens and apply_chat_template need the model's tokenizer on "
+            f"this machine, and the server's model ({self._root!r}) is not here; pass tokenizer=<local path or "
+            "Hugging Face id of the served model's tokenizer>"
+        )
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens added."""
-        if self.tokenizer is not None:
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        resp = self._request_sync(
-            "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
-        )
-        return [int(t) for t in resp.json()["tokens"]]
-
-    async def _aencode(self, text: str) -> list[int]:
-        """:meth:`encode` without blocking the event loop on the server's ``/tokenize``."""
-        if self.tokenizer is not None:
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        resp = await self._request(
-            "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
-        )
-        return [int(t) for t in resp.json()["tokens"]]
+        return list(self._local_tokenizer().encode(text, add_special_tokens=False))
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def apply_chat_template(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-    ) -> str:
-        if continue_final_message:
-            add_generation_prompt = False
-        msgs = [dict(m) for m in messages]
-        if self.tokenizer is not None:
-            return self.tokenizer.apply_chat_template(
-                msgs,
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message,
-            )
-        # vLLM renders the template and tokenizes the text; decoding those ids gives the
-        # text back. The re-encode check proves the round trip lost nothing.
-        ids = self._request_sync(
-            "POST",
-            "/tokenize",
-            {
-                "model": self.model,
-                "messages": msgs,
-                "add_generation_prompt": add_generation_prompt,
-                "continue_final_message": continue_final_message,
-            },
-        ).json()["tokens"]
-        text = self._request_sync(
-            "POST", "/detokenize", {"model": self.model, "tokens": ids}
-        ).json()["prompt"]
-        if self.encode(text) != list(ids):
-            raise EngineError(
-                f"engine '{self.name}': the chat template rendered by the server does not "
-                "survive a detokenize/tokenize round trip, so its text cannot be recovered "
-                "exactly; pass tokenizer=<path or HF id> to render the template locally"
-            )
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                            continue_final_message: bool = False) -> str:
+        return self._local_tokenizer().apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, continue_final_message=continue_final_message,
+            add_generation_prompt=add_generation_prompt and not continue_final_message)
+
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False) -> str:
+        """:meth:`apply_chat_template`, rendered by the server when this machine has no tokenizer:
+        vLLM's ``/tokenize`` renders the template and tokenizes it, ``/detokenize`` gives the text
+        back, and a re-encode proves the round trip lost nothing."""
+        if self._tokenizer is not None:
+            return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)
+        payload = {"model": self.model, "messages": [dict(m) for m in messages],
+                   "add_generation_prompt": add_generation_prompt and not continue_final_message,
+                   "continue_final_message": continue_final_message}
+        ids = [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
+        text = await self._decode(ids)
+        if await self._aencode(text) != ids:
+            raise EngineError(f"engine '{self.name}': the chat template the server renders does not survive a "
+                              "detokenize/tokenize round trip, so its text cannot be recovered exactly; pass "
+                              "tokenizer=<local path or Hugging Face id> to render it here")
         return text
+
+    async def acount_tokens(self, text: str) -> int:
+        return len(await self._aencode(text))
+
+    async def _aencode(self, text: str) -> list[int]:
+        """:meth:`encode`, by the server's ``/tokenize`` when there is no local tokenizer."""
+        if self._tokenizer is not None:
+            return self.encode(text)
+        payload = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        return [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
 
     async def _decode(self, ids: Sequence[int]) -> str:
         """Text of a token id sequence: local tokenizer, else ``/detokenize``."""
-        if self.tokenizer is not None:
-            return self.tokenizer.decode(list(ids))
-        resp = await self._request(
-            "POST", "/detokenize", {"model": self.model, "tokens": [int(t) for t in ids]}
-        )
-        return resp.json()["prompt"]
+        if self._tokenizer is not None:
+            return self._tokenizer.decode(list(ids))
+        payload = {"model": self.model, "tokens": [int(t) for t in ids]}
+        return (await self._request("POST", "/detokenize", payload)).json()["prompt"]
 
     async def _single_texts(self, token_ids: set[int]) -> dict[int, str]:
         """Text of each token id decoded alone (cached: the vocabulary bounds it)."""
@@ -594,9 +508,7 @@ class OpenAIEngine:
             self._token_texts.update(zip(missing, texts))
         return {t: self._token_texts[t] for t in token_ids}
 
-    async def _correct_replacement(
-        self, token_id: int, context: list[int], singles: Mapping[int, str]
-    ) -> str:
+    async def _correct_replacement(self, token_id: int, context: list[int], singles: Mapping[int, str]) -> str:
         """vLLM's fix of a token text ending in U+FFFD (a partial UTF-8 sequence).
 
         The same rule as ``vllm.v1.engine.logprobs.LogprobsProcessor._correct_decoded_token``:
@@ -611,19 +523,17 @@ class OpenAIEngine:
                 continue
             clean_end = len(ctx)
             for j in range(len(ctx) - 1, -1, -1):
-                if singles.get(ctx[j], _REPLACEMENT_CHAR).endswith(_REPLACEMENT_CHAR):
-                    clean_end = j
-                else:
+                if not singles.get(ctx[j], _REPLACEMENT_CHAR).endswith(_REPLACEMENT_CHAR):
                     break
+                clean_end = j
             clean_prefix = await self._decode(ctx[:clean_end]) if clean_end > 0 else ""
             if full.startswith(clean_prefix):
                 return full[len(clean_prefix) :]
             return full[len(os.path.commonprefix([clean_prefix, full])) :]
         return ""
 
-    async def _position_texts(
-        self, position_ids: Sequence[Sequence[int]], sampled: Sequence[int]
-    ) -> list[dict[int, str]]:
+    async def _position_texts(self, position_ids: Sequence[Sequence[int]],
+                              sampled: Sequence[int]) -> list[dict[int, str]]:
         """Token texts at each output position, as the in-process backend reports them.
 
         ``position_ids[i]``: the token ids with logprobs at position i; ``sampled``: the
@@ -655,11 +565,9 @@ class OpenAIEngine:
         if not ids:
             raise EngineError(f"engine '{self.name}': empty prompt")
         if self.max_model_len is not None and len(ids) >= self.max_model_len:
-            raise EngineError(
-                f"engine '{self.name}': the prompt has {len(ids)} tokens but max_model_len is "
-                f"{self.max_model_len}; shorten the prompt (fewer steps or a smaller budget) "
-                "or serve the model with a larger --max-model-len"
-            )
+            raise EngineError(f"engine '{self.name}': the prompt has {len(ids)} tokens but max_model_len is "
+                              f"{self.max_model_len}; shorten the prompt (fewer steps or a smaller budget) or serve "
+                              "the model with a larger --max-model-len")
         return {"prompt": ids}
 
     def _payload(self, prompt: Prompt, spec: SamplingSpec) -> dict[str, Any]:
@@ -668,32 +576,22 @@ class OpenAIEngine:
             # The server caps max_tokens at the room left in the context window
             # (finish_reason "length") but refuses one above the whole window.
             max_tokens = min(max_tokens, self.max_model_len)
-        payload: dict[str, Any] = {
-            "model": self.model,
-            **self._prompt_payload(prompt),
-            "max_tokens": max_tokens,
-            "temperature": spec.temperature,
-            "top_p": spec.top_p,
-            "n": spec.n,
-            "return_token_ids": True,
-        }
+        payload: dict[str, Any] = {"model": self.model, **self._prompt_payload(prompt), "max_tokens": max_tokens,
+                                   "temperature": spec.temperature, "top_p": spec.top_p, "n": spec.n,
+                                   "return_token_ids": True}
         if spec.seed is not None:
             payload["seed"] = spec.seed
         if spec.stop:
-            payload["stop"] = list(spec.stop)
-            payload["include_stop_str_in_output"] = spec.include_stop_str
+            payload.update(stop=list(spec.stop), include_stop_str_in_output=spec.include_stop_str)
         if spec.logprobs is not None:
-            payload["logprobs"] = spec.logprobs
-            payload["return_tokens_as_token_ids"] = True
+            payload.update(logprobs=spec.logprobs, return_tokens_as_token_ids=True)
         return payload
 
     async def _complete(self, payload: dict[str, Any]) -> dict[str, Any]:
         body = (await self._request("POST", "/v1/completions", payload)).json()
         if not body.get("choices"):
-            raise EngineError(
-                f"engine '{self.name}': the server answered /v1/completions with no choices: "
-                f"{str(body)[:500]}"
-            )
+            raise EngineError(f"engine '{self.name}': the server answered /v1/completions with no choices: "
+                              f"{str(body)[:500]}")
         return body
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
@@ -702,8 +600,7 @@ class OpenAIEngine:
         t0 = time.perf_counter()
         bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
         results = await _gather_or_cancel([self._to_result(r, b) for r, b in zip(requests, bodies)])
-        seconds = time.perf_counter() - t0
-        self._stats.observe_generation(results, seconds)
+        self._stats.observe_generation(results, time.perf_counter() - t0)
         return results
 
     def _observe_spec_decoding(self, body: Mapping[str, Any]) -> SpecDecodingStats | None:
@@ -716,120 +613,82 @@ class OpenAIEngine:
     @staticmethod
     def _usage(body: Mapping[str, Any]) -> tuple[int, int | None]:
         usage = body.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
         return int(usage.get("prompt_tokens", 0)), (int(cached) if cached is not None else None)
 
     def _finish(self, choice: Mapping[str, Any]) -> tuple[FinishReason, str | None]:
-        reason = choice.get("finish_reason")
         # vLLM: stop_reason; SGLang: matched_stop. A string is the stop string that
         # matched; an int or None is the model's EOS / stop token.
-        stop_reason = (
-            choice["stop_reason"] if "stop_reason" in choice else choice.get("matched_stop")
-        )
+        stop_reason = choice["stop_reason"] if "stop_reason" in choice else choice.get("matched_stop")
         try:
-            return FinishReason.from_vllm(reason, stop_reason)
+            return FinishReason.from_vllm(choice.get("finish_reason"), stop_reason)
         except ValueError as e:
             raise EngineError(f"engine '{self.name}': {e}") from e
 
     def _token_ids(self, choice: Mapping[str, Any]) -> list[int]:
         ids = choice.get("token_ids")
         if ids is None:
-            raise EngineError(
-                f"engine '{self.name}': the server at {self.base_url} returned no token ids "
-                "(return_token_ids); use a vLLM >= 0.10 or SGLang server"
-            )
+            raise EngineError(f"engine '{self.name}': the server at {self.base_url} returned no token ids "
+                              "(return_token_ids); use a vLLM >= 0.10 or SGLang server")
         return [int(t) for t in ids]
 
     def _key_to_id(self, key: str) -> int:
         """A logprobs key: ``token_id:N`` (vLLM), else token text (SGLang) -> its one id."""
         if key.startswith(_TOKEN_ID_PREFIX):
             return int(key[len(_TOKEN_ID_PREFIX) :])
-        if self.tokenizer is None:
-            raise EngineError(
-                f"engine '{self.name}': the server keys logprobs by token text ({key!r}), not by "
-                "token id; pass tokenizer=<path or HF id> to map texts to ids, or use a vLLM server"
-            )
-        ids = list(self.tokenizer.encode(key, add_special_tokens=False))
+        if self._tokenizer is None:
+            raise EngineError(f"engine '{self.name}': the server keys logprobs by token text ({key!r}), not by "
+                              "token id; pass tokenizer=<path or HF id> to map texts to ids, or use a vLLM server")
+        ids = list(self._tokenizer.encode(key, add_special_tokens=False))
         if len(ids) != 1:
             raise EngineError(
-                f"engine '{self.name}': the server keys logprobs by token text, and {key!r} does "
-                f"not map to one token (got {ids}); use a vLLM server, which returns token ids "
-                "(return_tokens_as_token_ids)"
+                f"engine '{self.name}': the server keys logprobs by token text, and {key!r} does not map to one "
+                f"token (got {ids}); use a vLLM server, which returns token ids (return_tokens_as_token_ids)"
             )
         return ids[0]
 
     def _top_ids(self, top: Mapping[str, float] | None) -> list[tuple[int, float]]:
         return [(self._key_to_id(k), float(lp)) for k, lp in (top or {}).items()]
 
-    async def _to_result(
-        self, request: GenerationRequest, body: Mapping[str, Any]
-    ) -> GenerationResult:
+    async def _to_result(self, request: GenerationRequest, body: Mapping[str, Any]) -> GenerationResult:
         num_prompt_tokens, num_cached = self._usage(body)
-        choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
         spec_stats = self._observe_spec_decoding(body)
-        want_logprobs = request.sampling.logprobs is not None
         completions = []
-        for i, c in enumerate(choices):
+        for i, c in enumerate(sorted(body["choices"], key=lambda c: c.get("index", 0))):
             reason, stop_string = self._finish(c)
             ids = self._token_ids(c)
-            logprobs = await self._completion_logprobs(c, ids) if want_logprobs else None
-            completions.append(
-                Completion(
-                    text=c["text"],
-                    token_ids=tuple(ids),
-                    finish_reason=reason,
-                    stop_string=stop_string,
-                    logprobs=logprobs,
-                    # The server reports them only for n == 1: the first completion.
-                    spec_decoding=spec_stats if i == 0 else None,
-                )
-            )
-        return GenerationResult(
-            completions=tuple(completions),
-            num_prompt_tokens=num_prompt_tokens,
-            num_cached_prompt_tokens=num_cached,
-        )
+            logprobs = await self._completion_logprobs(c, ids) if request.sampling.logprobs is not None else None
+            # The server reports spec-decode metrics only for n == 1: the first completion.
+            completions.append(Completion(text=c["text"], token_ids=tuple(ids), finish_reason=reason,
+                                          stop_string=stop_string, logprobs=logprobs,
+                                          spec_decoding=spec_stats if i == 0 else None))
+        return GenerationResult(completions=tuple(completions), num_prompt_tokens=num_prompt_tokens,
+                                num_cached_prompt_tokens=num_cached)
 
-    async def _completion_logprobs(
-        self, choice: Mapping[str, Any], ids: list[int]
-    ) -> tuple[TokenLogprob, ...]:
+    async def _completion_logprobs(self, choice: Mapping[str, Any], ids: list[int]) -> tuple[TokenLogprob, ...]:
         lp = choice.get("logprobs")
         if lp is None:
             raise EngineError(f"engine '{self.name}': logprobs asked but the server returned none")
         token_lps = lp.get("token_logprobs") or []
         tops = [self._top_ids(top) for top in lp.get("top_logprobs") or []]
         if len(token_lps) != len(ids) or len(tops) != len(ids):
-            raise EngineError(
-                f"engine '{self.name}': the server returned {len(token_lps)} logprobs and "
-                f"{len(tops)} top-logprob entries for {len(ids)} tokens"
-            )
-        texts = await self._position_texts(
-            [[tok, *(t for t, _ in top)] for tok, top in zip(ids, tops)], ids
-        )
+            raise EngineError(f"engine '{self.name}': the server returned {len(token_lps)} logprobs and "
+                              f"{len(tops)} top-logprob entries for {len(ids)} tokens")
+        texts = await self._position_texts([[tok, *(t for t, _ in top)] for tok, top in zip(ids, tops)], ids)
         singles = await self._single_texts(set(ids))
         return tuple(
-            TokenLogprob(
-                token_id=tok,
-                # As in-process: the corrected text, else the token decoded alone.
-                token=pos_texts[tok] or singles[tok],
-                logprob=float(chosen) if chosen is not None else float("-inf"),
-                top=self._sorted_top(top, pos_texts),
-            )
+            # As in-process: the corrected text, else the token decoded alone.
+            TokenLogprob(token_id=tok, token=pos_texts[tok] or singles[tok],
+                         logprob=float(chosen) if chosen is not None else float("-inf"),
+                         top=self._sorted_top(top, pos_texts))
             for tok, chosen, top, pos_texts in zip(ids, token_lps, tops, texts)
         )
 
     @staticmethod
-    def _sorted_top(
-        top: list[tuple[int, float]], texts: Mapping[int, str]
-    ) -> tuple[tuple[int, str, float], ...]:
-        entries = [(tid, texts[tid], lp) for tid, lp in top]
-        entries.sort(key=lambda e: -e[2])
-        return tuple(entries)
+    def _sorted_top(top: list[tuple[int, float]], texts: Mapping[int, str]) -> tuple[tuple[int, str, float], ...]:
+        return tuple(sorted(((tid, texts[tid], lp) for tid, lp in top), key=lambda e: -e[2]))
 
-    async def next_token_logprobs(
-        self, prompts: Sequence[Prompt], top_k: int = 20
-    ) -> list[NextTokenDistribution]:
+    async def next_token_logprobs(self, prompts: Sequence[Prompt], top_k: int = 20) -> list[NextTokenDistribution]:
         """One-token greedy requests with ``top_k`` logprobs: a prefill and one decode step."""
         await self.start()
         if top_k < 1:
@@ -840,76 +699,49 @@ class OpenAIEngine:
         bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
         tops = []
         for body in bodies:
-            choice = body["choices"][0]
-            lp = choice.get("logprobs") or {}
-            positions = lp.get("top_logprobs") or []
+            positions = (body["choices"][0].get("logprobs") or {}).get("top_logprobs") or []
             if not positions or positions[0] is None:
-                raise EngineError(
-                    f"engine '{self.name}': logprobs asked but the server returned none for the "
-                    "next token"
-                )
+                raise EngineError(f"engine '{self.name}': logprobs asked but the server returned none for the "
+                                  "next token")
             tops.append(self._top_ids(positions[0]))
         # The first output position: no sampled context, as in-process.
-        texts = await _gather_or_cancel(
-            [self._position_texts([[t for t, _ in top]], []) for top in tops]
-        )
+        texts = await _gather_or_cancel([self._position_texts([[t for t, _ in top]], []) for top in tops])
         seconds = time.perf_counter() - t0
         results = []
         for body, top, [pos_texts] in zip(bodies, tops, texts):
             num_prompt_tokens, num_cached = self._usage(body)
             self._observe_spec_decoding(body)
-            results.append(
-                NextTokenDistribution(
-                    top=self._sorted_top(top, pos_texts)[:top_k],
-                    num_prompt_tokens=num_prompt_tokens,
-                    num_cached_prompt_tokens=num_cached,
-                )
-            )
+            results.append(NextTokenDistribution(top=self._sorted_top(top, pos_texts)[:top_k],
+                                                 num_prompt_tokens=num_prompt_tokens,
+                                                 num_cached_prompt_tokens=num_cached))
         self._stats.observe_next_token(results, seconds)
         return results
 
     # -- continuation scoring ------------------------------------------------------
 
-    async def score_continuations(
-        self, requests: Sequence[ContinuationRequest]
-    ) -> list[ContinuationScores]:
+    async def score_continuations(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScores]:
         """Each continuation token's logprob, rank and the model's top-k at its position.
 
         One greedy one-token completion per request, prompt = prefix + continuation as
         token ids (a text prefix is tokenized as :meth:`encode` does), all sent
-        concurrently. The token at prompt index ``t`` is scored by the model's
-        distribution after the first ``t`` prompt tokens; its rank is 1 + the number of
-        tokens the model finds strictly more likely (1: the model's own greedy token).
-        The first call finds how this server returns prompt logprobs and logs it:
-
-        * ``prompt_logprobs`` (vLLM): exact logprobs and ranks. vLLM's completion API
-          cannot be told to read the prefix cache for a prompt-logprobs request (it has
-          no ``skip_reading_prefix_cache`` field, and such requests skip the cache by
-          default), so each request prefills its whole prompt, unlike the in-process
-          backend, which reads the cache.
-        * ``echo`` + ``logprobs`` (servers that ignore or refuse ``prompt_logprobs``):
-          the rank is counted from the returned top list; a token missing from it gets
-          rank ``top_k + 1``.
-
-        If the server reports cached prompt tokens reaching into the continuation (a
-        cached position's logprobs are not computed: the token at index ``t`` is valid
-        only when ``t - 1 >= cached``), the request is sent once more with a fresh
-        ``cache_salt``, which no cached block matches. ``num_cached_prompt_tokens`` is
-        the server's report (``usage.prompt_tokens_details.cached_tokens``), None when
-        it sends none. Prefix + continuation of ``max_model_len`` tokens or more (one
-        more token is generated) is an :class:`EngineError` before anything is sent.
+        concurrently, read as the module docstring says. The token at prompt index ``t``
+        is scored by the model's distribution after the first ``t`` prompt tokens; its
+        rank is 1 + the number of tokens the model finds strictly more likely (1: the
+        model's own greedy token). A cached position's logprobs are not computed: the
+        token at index ``t`` is valid only when ``t - 1 >= cached``, else the request is
+        sent once more with a fresh ``cache_salt``. ``num_cached_prompt_tokens`` is the
+        server's report (``usage.prompt_tokens_details.cached_tokens``), None when it
+        sends none. Prefix + continuation of ``max_model_len`` tokens or more (one more
+        token is generated) is an :class:`EngineError` before anything is sent.
         """
         await self.start()
         prefixes = await _gather_or_cancel([self._prefix_ids(r.prefix) for r in requests])
         prompts = [prefix + list(r.continuation) for prefix, r in zip(prefixes, requests)]
         for prefix, ids in zip(prefixes, prompts):
             if self.max_model_len is not None and len(ids) >= self.max_model_len:
-                raise EngineError(
-                    f"engine '{self.name}': prefix + continuation is {len(ids)} tokens "
-                    f"({len(prefix)} + {len(ids) - len(prefix)}) but max_model_len is "
-                    f"{self.max_model_len}; score a shorter continuation or prefix, or serve the "
-                    "model with a larger --max-model-len"
-                )
+                raise EngineError(f"engine '{self.name}': prefix + continuation is {len(ids)} tokens ({len(prefix)} + "
+                                  f"{len(ids) - len(prefix)}) but max_model_len is {self.max_model_len}; score a "
+                                  "shorter continuation or prefix, or serve the model with a larger --max-model-len")
         work = [(ids, len(prefix), r) for ids, prefix, r in zip(prompts, prefixes, requests)]
         t0 = time.perf_counter()
         results: list[ContinuationScores] = []
@@ -918,31 +750,23 @@ class OpenAIEngine:
             work = work[1:]
         mode = self._scoring_mode
         results += await _gather_or_cancel([self._score_one(mode, *w) for w in work])
-        seconds = time.perf_counter() - t0
         self._stats.observe_call(
             num_requests=len(results),
             num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
             num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
             num_output_tokens=len(results),  # the one greedy token each request generates
-            seconds=seconds,
+            seconds=time.perf_counter() - t0,
         )
         return results
 
     async def _prefix_ids(self, prefix: Prompt) -> list[int]:
-        if isinstance(prefix, str):
-            ids = await self._aencode(prefix) if prefix else []
-        else:
-            ids = list(prefix)
+        ids = (await self._aencode(prefix) if prefix else []) if isinstance(prefix, str) else list(prefix)
         if not ids:
-            raise EngineError(
-                f"engine '{self.name}': empty prefix; a continuation is scored after at least "
-                "one prefix token (start the prefix with the prompt it continues)"
-            )
+            raise EngineError(f"engine '{self.name}': empty prefix; a continuation is scored after at least one "
+                              "prefix token (start the prefix with the prompt it continues)")
         return [int(t) for t in ids]
 
-    async def _probe_scoring(
-        self, ids: list[int], num_prefix: int, request: ContinuationRequest
-    ) -> ContinuationScores:
+    async def _probe_scoring(self, ids: list[int], num_prefix: int, request: ContinuationRequest) -> ContinuationScores:
         """Score one request with ``prompt_logprobs``, else with ``echo``, and keep the
         mode that worked for this engine; an EngineError naming both failures if neither."""
         try:
@@ -959,12 +783,10 @@ class OpenAIEngine:
         try:
             result = await self._score_one(_ECHO, ids, num_prefix, request)
         except EngineError as e:
-            raise EngineError(
-                f"engine '{self.name}': the server at {self.base_url} cannot score "
-                f"continuations: not with prompt_logprobs ({why}), nor with echo + logprobs "
-                f"({e}). Serve the model with vLLM, or with a server whose /v1/completions "
-                "returns the prompt's logprobs for echo=true."
-            ) from e
+            raise EngineError(f"engine '{self.name}': the server at {self.base_url} cannot score continuations: not "
+                              f"with prompt_logprobs ({why}), nor with echo + logprobs ({e}). Serve the model with "
+                              "vLLM, or with a server whose /v1/completions returns the prompt's logprobs for "
+                              "echo=true.") from e
         self._use_scoring_mode(_ECHO, why)
         return result
 
@@ -974,12 +796,7 @@ class OpenAIEngine:
         self._scoring_mode = mode
 
     def _scoring_payload(self, mode: str, ids: list[int], top_k: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "prompt": ids,
-            "max_tokens": 1,
-            "temperature": 0.0,
-        }
+        payload: dict[str, Any] = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
         if mode == _PROMPT_LOGPROBS:
             payload["prompt_logprobs"] = top_k
         else:
@@ -993,9 +810,8 @@ class OpenAIEngine:
         token (prompt index ``num_prefix`` is valid when ``num_prefix - 1 >= cached``)."""
         return cached is not None and cached > num_prefix - 1
 
-    async def _score_one(
-        self, mode: str, ids: list[int], num_prefix: int, request: ContinuationRequest
-    ) -> ContinuationScores:
+    async def _score_one(self, mode: str, ids: list[int], num_prefix: int,
+                         request: ContinuationRequest) -> ContinuationScores:
         payload = self._scoring_payload(mode, ids, request.top_k)
         body = await self._complete(payload)
         _, cached = self._usage(body)
@@ -1008,99 +824,66 @@ class OpenAIEngine:
             body = await self._complete({**payload, "cache_salt": uuid.uuid4().hex})
             _, cached = self._usage(body)
             if self._reads_cached_continuation(cached, num_prefix):
-                raise EngineError(
-                    f"engine '{self.name}': the server read {cached} of {len(ids)} prompt tokens "
-                    f"from its prefix cache, past the {num_prefix}-token prefix, even with a fresh "
-                    "cache_salt, so it computed no logprobs for the continuation; start the "
-                    "server without prefix caching (vLLM: --no-enable-prefix-caching)"
-                )
-        choice = body["choices"][0]
-        if mode == _PROMPT_LOGPROBS:
-            tokens = self._prompt_logprob_tokens(choice, ids, num_prefix, request)
-        else:
-            tokens = self._echo_tokens(choice, ids, num_prefix, request)
+                raise EngineError(f"engine '{self.name}': the server read {cached} of {len(ids)} prompt tokens from its "
+                                  f"prefix cache, past the {num_prefix}-token prefix, even with a fresh cache_salt, so "
+                                  "it computed no logprobs for the continuation; start the server without prefix "
+                                  "caching (vLLM: --no-enable-prefix-caching)")
+        read = self._prompt_logprob_tokens if mode == _PROMPT_LOGPROBS else self._echo_tokens
+        tokens = read(body["choices"][0], ids, num_prefix, request)
         return ContinuationScores(tokens, num_prompt_tokens=len(ids), num_cached_prompt_tokens=cached)
 
-    def _prompt_logprob_tokens(
-        self, choice: Mapping[str, Any], ids: list[int], num_prefix: int, request: ContinuationRequest
-    ) -> tuple[ScoredToken, ...]:
+    def _prompt_logprob_tokens(self, choice: Mapping[str, Any], ids: list[int], num_prefix: int,
+                               request: ContinuationRequest) -> tuple[ScoredToken, ...]:
         """The continuation's tokens from vLLM's ``prompt_logprobs``: one entry per prompt
         position (None at index 0), each ``{"<token id>": {"logprob", "rank", ...}}``
         holding the prompt token and the model's top ``prompt_logprobs`` tokens."""
         positions = choice.get(_PROMPT_LOGPROBS)
         if positions is None:
-            raise _PromptLogprobsIgnored(
-                f"engine '{self.name}': the server answered a prompt_logprobs request without "
-                "prompt_logprobs, so it does not support them (vLLM does)"
-            )
+            raise _PromptLogprobsIgnored(f"engine '{self.name}': the server answered a prompt_logprobs request "
+                                         "without prompt_logprobs, so it does not support them (vLLM does)")
         if len(positions) != len(ids):
-            raise EngineError(
-                f"engine '{self.name}': the server returned {len(positions)} prompt-logprob "
-                f"positions for a prompt of {len(ids)} tokens"
-            )
+            raise EngineError(f"engine '{self.name}': the server returned {len(positions)} prompt-logprob "
+                              f"positions for a prompt of {len(ids)} tokens")
         tokens = []
         for t, tok in enumerate(request.continuation, start=num_prefix):
             position = positions[t] or {}
             chosen = position.get(str(tok))
             if chosen is None or chosen.get("rank") is None:
-                raise EngineError(
-                    f"engine '{self.name}': the server's prompt_logprobs at prompt index {t} "
-                    f"hold no logprob and rank for the prompt's token {tok}"
-                )
-            top = sorted(
-                (
-                    (int(k), float(v["logprob"]), int(v["rank"]))
-                    for k, v in position.items()
-                    if v.get("rank") is not None and v["rank"] <= request.top_k
-                ),
-                key=lambda e: e[2],
-            )
-            tokens.append(
-                ScoredToken(tok, float(chosen["logprob"]), int(chosen["rank"]),
-                            tuple((tid, lp) for tid, lp, _ in top))
-            )  # fmt: skip
+                raise EngineError(f"engine '{self.name}': the server's prompt_logprobs at prompt index {t} hold no "
+                                  f"logprob and rank for the prompt's token {tok}")
+            top = sorted(((int(k), float(v["logprob"]), int(v["rank"])) for k, v in position.items()
+                          if v.get("rank") is not None and v["rank"] <= request.top_k), key=lambda e: e[2])
+            tokens.append(ScoredToken(tok, float(chosen["logprob"]), int(chosen["rank"]),
+                                      tuple((tid, lp) for tid, lp, _ in top)))
         return tuple(tokens)
 
-    def _echo_tokens(
-        self, choice: Mapping[str, Any], ids: list[int], num_prefix: int, request: ContinuationRequest
-    ) -> tuple[ScoredToken, ...]:
+    def _echo_tokens(self, choice: Mapping[str, Any], ids: list[int], num_prefix: int,
+                     request: ContinuationRequest) -> tuple[ScoredToken, ...]:
         """The continuation's tokens from an echoed prompt's ``logprobs``: per position
         the token's ``token_logprobs`` entry and a ``top_logprobs`` dict (None at index 0)."""
         lp = choice.get("logprobs")
         if not lp:
-            raise EngineError(
-                f"engine '{self.name}': the server answered an echo + logprobs request without "
-                "logprobs"
-            )
-        token_lps = lp.get("token_logprobs") or []
-        tops = lp.get("top_logprobs") or []
-        texts = lp.get("tokens") or []
+            raise EngineError(f"engine '{self.name}': the server answered an echo + logprobs request without "
+                              "logprobs")
+        token_lps, tops, texts = lp.get("token_logprobs") or [], lp.get("top_logprobs") or [], lp.get("tokens") or []
         if len(token_lps) < len(ids) or len(tops) < len(ids):
-            raise EngineError(
-                f"engine '{self.name}': the server echoed {len(token_lps)} logprobs for a prompt "
-                f"of {len(ids)} tokens, so it does not echo the prompt's logprobs"
-            )
+            raise EngineError(f"engine '{self.name}': the server echoed {len(token_lps)} logprobs for a prompt of "
+                              f"{len(ids)} tokens, so it does not echo the prompt's logprobs")
         tokens = []
         for t, tok in enumerate(request.continuation, start=num_prefix):
-            if t < len(texts) and str(texts[t]).startswith(_TOKEN_ID_PREFIX):
-                echoed = self._key_to_id(texts[t])
-                if echoed != tok:
-                    raise EngineError(
-                        f"engine '{self.name}': the server echoed token {echoed} at prompt index "
-                        f"{t} where the prompt has {tok}"
-                    )
+            is_id = t < len(texts) and str(texts[t]).startswith(_TOKEN_ID_PREFIX)
+            if is_id and (echoed := self._key_to_id(texts[t])) != tok:
+                raise EngineError(f"engine '{self.name}': the server echoed token {echoed} at prompt index {t} "
+                                  f"where the prompt has {tok}")
             if token_lps[t] is None or tops[t] is None:
-                raise EngineError(
-                    f"engine '{self.name}': the server echoed no logprobs at prompt index {t}"
-                )
+                raise EngineError(f"engine '{self.name}': the server echoed no logprobs at prompt index {t}")
             logprob = float(token_lps[t])
             entries = self._top_ids(tops[t])
             if any(tid == tok for tid, _ in entries):
                 rank = 1 + sum(1 for tid, other in entries if tid != tok and other > logprob)
             else:
                 rank = request.top_k + 1
-            best = sorted(entries, key=lambda e: -e[1])[: request.top_k]
-            tokens.append(ScoredToken(tok, logprob, rank, tuple(best)))
+            tokens.append(ScoredToken(tok, logprob, rank, tuple(sorted(entries, key=lambda e: -e[1])[: request.top_k])))
         return tuple(tokens)
 
     # -- stats ---------------------------------------------------------------------

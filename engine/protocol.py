@@ -69,6 +69,20 @@ class Engine(Protocol):
         """
         ...
 
+    async def aapply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+    ) -> str:
+        """:meth:`apply_chat_template` for code on the event loop: an engine that renders
+        on a server (no tokenizer on this machine) awaits it instead of blocking."""
+        ...
+
+    async def acount_tokens(self, text: str) -> int:
+        """:meth:`count_tokens` for code on the event loop (see :meth:`aapply_chat_template`)."""
+        ...
+
     def stats(self) -> EngineStats:
         """A snapshot of the engine's counters since it started."""
         ...

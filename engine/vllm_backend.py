@@ -304,6 +304,13 @@ class VLLMEngine:
             continue_final_message=continue_final_message,
         )
 
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False) -> str:
+        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)  # local: no wait
+
+    async def acount_tokens(self, text: str) -> int:
+        return self.count_tokens(text)
+
     # -- generation ----------------------------------------------------------------
 
     def _prompt_ids(self, prompt: Prompt) -> list[int]:

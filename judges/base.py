@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import ClassVar, Protocol, Sequence, runtime_checkable
+
+from common.options import Options
 
 
 class JudgeError(ValueError):
     """A judge was misconfigured or given what it cannot judge."""
+
+
+class JudgeOptions(Options):
+    """Base of each judge's options model (one per judge, beside its class): frozen,
+    unknown options refused, a mistake raised as :class:`JudgeError`."""
+
+    error: ClassVar[type[Exception]] = JudgeError
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,38 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from typing import Sequence
+from typing import ClassVar, Literal, Sequence
 
-from judges.base import Judge, JudgeError, StepCandidate, Verdict
+from pydantic import ConfigDict, Field
+
+from judges.base import Judge, JudgeError, JudgeOptions, StepCandidate, Verdict
+from judges.embedding import EmbeddingOptions
+from judges.equivalence import LLMEquivalenceOptions
+from judges.exact import ExactOptions
+from judges.likelihood import LikelihoodOptions
+from judges.score import ScoreOptions
+
+RungName = Literal["score", "likelihood", "exact", "embedding", "llm-equivalence"]
+
+
+class CascadeOptions(JudgeOptions):
+    """The rungs by name, cheapest first, and each rung judge's options by its name."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    owner: ClassVar[str] = "judge 'cascade'"
+
+    rungs: tuple[RungName, ...] = Field(("exact", "embedding", "score"), min_length=1,
+                                        description="the judges asked in turn, cheapest first")
+    score: ScoreOptions = Field(default_factory=ScoreOptions, description="the score rung's options")
+    likelihood: LikelihoodOptions = Field(default_factory=LikelihoodOptions,
+                                          description="the likelihood rung's options")
+    exact: ExactOptions = Field(default_factory=ExactOptions, description="the exact rung's options")
+    embedding: EmbeddingOptions = Field(default_factory=EmbeddingOptions, description="the embedding rung's options")
+    llm_equivalence: LLMEquivalenceOptions = Field(default_factory=LLMEquivalenceOptions, alias="llm-equivalence",
+                                                   description="the llm-equivalence rung's options")
+
+    def rung_options(self, rung: str) -> JudgeOptions:
+        return getattr(self, rung.replace("-", "_"))
 
 
 class CascadeJudge:

@@ -13,27 +13,40 @@ rejection without confidence (a cascade escalates it).
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from typing import ClassVar, Sequence
 
-from judges.base import JudgeError, StepCandidate, Verdict, require_target_steps
+from pydantic import Field, model_validator
+
+from common.options import Configured
+from judges.base import JudgeOptions, StepCandidate, Verdict, require_target_steps
 from judges.exact import numbers_in
 
 
-class EmbeddingJudge:
+class EmbeddingOptions(JudgeOptions):
+    owner: ClassVar[str] = "judge 'embedding'"
+
+    model: str = Field("all-minilm-l6-v2", description="the sentence-embedding model: a preset, a path or a "
+                       "Hugging Face id")
+    accept_threshold: float = Field(0.85, ge=0, le=1, description="accept at or above this cosine similarity "
+                                    "(when the steps state the same numbers)")
+    reject_threshold: float = Field(0.5, ge=0, le=1, description="reject below this cosine similarity")
+    device: str = Field("cpu", description="where the embedding model runs (cpu, cuda)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EmbeddingOptions:
+        if self.reject_threshold > self.accept_threshold:
+            raise ValueError(f"need reject_threshold ({self.reject_threshold}) <= accept_threshold "
+                             f"({self.accept_threshold})")
+        return self
+
+
+class EmbeddingJudge(Configured):
     name = "embedding"
     needs_target_step = True
 
-    def __init__(self, model: str = "all-minilm-l6-v2", accept_threshold: float = 0.85,
-                 reject_threshold: float = 0.5, device: str = "cpu") -> None:
-        if not 0 <= reject_threshold <= accept_threshold <= 1:
-            raise JudgeError(
-                f"embedding judge: need 0 <= reject_threshold ({reject_threshold}) <= "
-                f"accept_threshold ({accept_threshold}) <= 1"
-            )
-        self.model_name = model
-        self.accept_threshold = accept_threshold
-        self.reject_threshold = reject_threshold
-        self.device = device
+    def __init__(self, options: EmbeddingOptions | None = None, **overrides) -> None:
+        """``options``, or keywords (``accept_threshold=0.9``) validated through :class:`EmbeddingOptions`."""
+        self.options = EmbeddingOptions.build(options, **overrides)
         self._model = None
 
     def _encoder(self):
@@ -42,7 +55,7 @@ class EmbeddingJudge:
 
             from engine.models import resolve_model
 
-            self._model = SentenceTransformer(resolve_model(self.model_name), device=self.device)
+            self._model = SentenceTransformer(resolve_model(self.options.model), device=self.options.device)
         return self._model
 
     def similarities(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
@@ -60,10 +73,10 @@ class EmbeddingJudge:
 
     def _decide(self, c: StepCandidate, sim: float) -> tuple[bool, bool]:
         """(accept, confident) for one candidate at similarity ``sim``."""
-        if sim < self.reject_threshold:
+        if sim < self.options.reject_threshold:
             return False, True
         if numbers_in(c.draft_step) != numbers_in(c.target_step):
             return False, False
-        if sim >= self.accept_threshold:
+        if sim >= self.options.accept_threshold:
             return True, True
         return False, False

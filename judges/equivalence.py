@@ -8,12 +8,17 @@ Neither token in the top-k: rejected.
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
+import asyncio
 
+import math
+from typing import ClassVar, Sequence
+
+from pydantic import Field, field_validator
+
+from common.options import Configured
 from engine.protocol import Engine
 from engine.types import NextTokenDistribution
-from judges.base import JudgeError, StepCandidate, Verdict, require_target_steps
+from judges.base import JudgeOptions, StepCandidate, Verdict, require_target_steps
 
 DEFAULT_QUESTION = (
     "Problem: {question}\n\nTwo candidate next steps of a solution:\n\nA: {draft}\n\nB: {target}\n\n"
@@ -36,35 +41,45 @@ def p_yes(dist: NextTokenDistribution) -> float | None:
     return yes / (yes + no)
 
 
-class LLMEquivalenceJudge:
+class LLMEquivalenceOptions(JudgeOptions):
+    owner: ClassVar[str] = "judge 'llm-equivalence'"
+
+    threshold: float = Field(0.5, gt=0, lt=1, description="accept when P(yes) is at or above it")
+    template: str = Field(DEFAULT_QUESTION, description="the question asked, with {question}, {draft} and {target}")
+    top_k: int = Field(20, ge=1, description="how many of the model's likeliest next tokens are searched for yes/no")
+
+    @field_validator("template")
+    @classmethod
+    def _has_the_fields(cls, template: str) -> str:
+        missing = [f for f in ("{question}", "{draft}", "{target}") if f not in template]
+        if missing:
+            raise ValueError(f"must contain {{question}}, {{draft}} and {{target}}; it lacks {', '.join(missing)}")
+        return template
+
+
+class LLMEquivalenceJudge(Configured):
     name = "llm-equivalence"
     needs_target_step = True
 
-    def __init__(self, engine: Engine, threshold: float = 0.5, template: str = DEFAULT_QUESTION,
-                 top_k: int = 20) -> None:
-        if not 0 < threshold < 1:
-            raise JudgeError(f"llm-equivalence judge: threshold must be within (0, 1), got {threshold}")
-        for field in ("{question}", "{draft}", "{target}"):
-            if field not in template:
-                raise JudgeError(f"llm-equivalence judge: the template must contain {field}")
+    def __init__(self, engine: Engine, options: LLMEquivalenceOptions | None = None, **overrides) -> None:
+        """``options``, or keywords (``threshold=0.7``) validated through :class:`LLMEquivalenceOptions`."""
         self.engine = engine
-        self.threshold = threshold
-        self.template = template
-        self.top_k = top_k
+        self.options = LLMEquivalenceOptions.build(options, **overrides)
 
-    def prompt(self, c: StepCandidate) -> str:
-        text = self.template.format(question=c.question, draft=c.draft_step, target=c.target_step)
-        return self.engine.apply_chat_template(
+    async def prompt(self, c: StepCandidate) -> str:
+        text = self.options.template.format(question=c.question, draft=c.draft_step, target=c.target_step)
+        return await self.engine.aapply_chat_template(
             [{"role": "user", "content": text}, {"role": "assistant", "content": "Answer:"}],
             continue_final_message=True,
         )
 
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         require_target_steps(self.name, candidates)
-        dists = await self.engine.next_token_logprobs([self.prompt(c) for c in candidates], top_k=self.top_k)
+        prompts = await asyncio.gather(*(self.prompt(c) for c in candidates))
+        dists = await self.engine.next_token_logprobs(prompts, top_k=self.options.top_k)
         verdicts = []
         for d in dists:
             p = p_yes(d)
-            accept = p is not None and p >= self.threshold
+            accept = p is not None and p >= self.options.threshold
             verdicts.append(Verdict(self.name, accept=accept, confident=True, score=p, num_judge_calls=1))
         return verdicts

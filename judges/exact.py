@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Sequence
+from typing import ClassVar, Sequence
 
-from judges.base import StepCandidate, Verdict, require_target_steps
+from common.options import Configured
+from judges.base import JudgeOptions, StepCandidate, Verdict, require_target_steps
 
 _SPACE = re.compile(r"\s+")
 _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
@@ -31,12 +32,21 @@ def numbers_in(text: str) -> list[str]:
     return out
 
 
-class ExactJudge:
+class ExactOptions(JudgeOptions):
+    """None: the comparison has nothing to set."""
+
+    owner: ClassVar[str] = "judge 'exact'"
+
+
+class ExactJudge(Configured):
     """Accepts equal steps for sure; unequal steps are rejected, but not confidently
     (different words may say the same thing), so a cascade escalates them."""
 
     name = "exact"
     needs_target_step = True
+
+    def __init__(self, options: ExactOptions | None = None, **overrides) -> None:
+        self.options = ExactOptions.build(options, **overrides)
 
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         require_target_steps(self.name, candidates)

@@ -41,54 +41,61 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from typing import ClassVar, Sequence
 
+from pydantic import Field, model_validator
+
+from common.options import Configured
 from engine.protocol import Engine
 from engine.types import ContinuationRequest
-from judges.base import CutRule, JudgeError, StepCandidate, TokenCut, Verdict
+from judges.base import CutRule, JudgeError, JudgeOptions, StepCandidate, TokenCut, Verdict
 
 # A token whose text holds a digit or an arithmetic operator (math_max_rank applies).
 MATH_TOKEN = re.compile(r"[0-9+\-*/=×÷^<>%]")
 
 
-class LikelihoodJudge:
+class LikelihoodOptions(JudgeOptions):
+    owner: ClassVar[str] = "judge 'likelihood'"
+
+    floor: float | None = Field(-5.0, lt=0, description="a drafted token whose target logprob is below this "
+                                "logprob is implausible (e.g. -5); None: rule off")
+    max_rank: int | None = Field(None, ge=1, description="a drafted token outside the target's max_rank likeliest is "
+                                 "implausible (1: only the target's greedy token, the lossless end); None: rule off")
+    contrast: float | None = Field(None, lt=0, description="a drafted token whose target minus draft logprob is "
+                                   "below this is implausible (e.g. -4); None: rule off")
+    math_max_rank: int | None = Field(1, ge=1, description="a drafted token holding a digit or an arithmetic operator "
+                                      "must be among the target's math_max_rank likeliest; None: rule off")
+    tolerance: int = Field(0, ge=0, description="implausible tokens let through before the cut")
+    top_k: int = Field(5, ge=1, description="how many of the target's likeliest tokens each position reports")
+
+    @model_validator(mode="after")
+    def _some_rule_is_on(self) -> LikelihoodOptions:
+        if self.floor is None and self.max_rank is None and self.contrast is None and self.math_max_rank is None:
+            raise ValueError("every rule is off (floor, max_rank, contrast, math_max_rank), so it would accept "
+                             "every step; set at least one")
+        return self
+
+
+class LikelihoodJudge(Configured):
     name = "likelihood"
     needs_target_step = False
     needs_draft_tokens = True  # the strategy hands over the drafted token ids and logprobs
 
-    def __init__(self, engine: Engine, floor: float | None = -5.0, max_rank: int | None = None,
-                 contrast: float | None = None, math_max_rank: int | None = 1, tolerance: int = 0,
-                 top_k: int = 5) -> None:
-        if floor is not None and not floor < 0:
-            raise JudgeError(f"likelihood judge: floor is a logprob, it must be < 0 (e.g. -5), got {floor}")
-        for option, value in (("max_rank", max_rank), ("math_max_rank", math_max_rank)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise JudgeError(f"likelihood judge: {option} must be an integer >= 1 (1: only the target's "
-                                 f"greedy token), or None to switch it off; got {value!r}")
-        if contrast is not None and not contrast < 0:
-            raise JudgeError(f"likelihood judge: contrast bounds target minus draft logprob, it must be < 0 "
-                             f"(e.g. -4), got {contrast}")
-        if not isinstance(tolerance, int) or tolerance < 0:
-            raise JudgeError(f"likelihood judge: tolerance counts tokens let through, it must be an integer "
-                             f">= 0; got {tolerance!r}")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise JudgeError(f"likelihood judge: top_k must be an integer >= 1, got {top_k!r}")
-        if floor is None and max_rank is None and contrast is None and math_max_rank is None:
-            raise JudgeError("likelihood judge: every rule is off (floor, max_rank, contrast, math_max_rank), so "
-                             "it would accept every step; set at least one")
+    def __init__(self, engine: Engine, options: LikelihoodOptions | None = None, **overrides) -> None:
+        """``options``, or keywords (``floor=-3``) validated through :class:`LikelihoodOptions`."""
         self.engine = engine
-        self.floor, self.max_rank, self.contrast = floor, max_rank, contrast
-        self.math_max_rank, self.tolerance, self.top_k = math_max_rank, tolerance, top_k
+        self.options = LikelihoodOptions.build(options, **overrides)
 
     def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str) -> CutRule | None:
         """The first rule this token breaks, or None when it is plausible."""
-        if self.max_rank is not None and rank > self.max_rank:
+        o = self.options
+        if o.max_rank is not None and rank > o.max_rank:
             return CutRule.RANK
-        if self.floor is not None and logprob < self.floor:
+        if o.floor is not None and logprob < o.floor:
             return CutRule.FLOOR
-        if self.math_max_rank is not None and rank > self.math_max_rank and MATH_TOKEN.search(text):
+        if o.math_max_rank is not None and rank > o.math_max_rank and MATH_TOKEN.search(text):
             return CutRule.MATH_RANK
-        if self.contrast is not None and draft_logprob is not None and logprob - draft_logprob < self.contrast:
+        if o.contrast is not None and draft_logprob is not None and logprob - draft_logprob < o.contrast:
             return CutRule.CONTRAST
         return None
 
@@ -98,7 +105,7 @@ class LikelihoodJudge:
                 raise JudgeError("judge 'likelihood' reads the target's logprobs of the drafted tokens; the strategy "
                                  "must pass the step's prefix and draft_token_ids (specreason and lookahead do)")
         scores = await self.engine.score_continuations(
-            [ContinuationRequest(c.prefix, c.draft_token_ids, top_k=self.top_k) for c in candidates])
+            [ContinuationRequest(c.prefix, c.draft_token_ids, top_k=self.options.top_k) for c in candidates])
         verdicts = []
         for c, scored in zip(candidates, scores):
             texts = c.draft_token_texts or ("",) * len(c.draft_token_ids)
@@ -112,7 +119,7 @@ class LikelihoodJudge:
                 if rule is None:
                     continue
                 misses += 1
-                if misses > self.tolerance:
+                if misses > self.options.tolerance:
                     cut = TokenCut(offset=i, token=text, target_logprob=tok.logprob, draft_logprob=dlp,
                                    rank=tok.rank, rule=rule, target_token_id=tok.top[0][0] if tok.top else -1,
                                    kept_text="".join(texts[:i]))

@@ -1,72 +1,70 @@
-"""Judges by name: ``score``, ``likelihood``, ``exact``, ``embedding``, ``llm-equivalence``, ``cascade``."""
+"""Judges by name: ``score``, ``likelihood``, ``exact``, ``embedding``, ``llm-equivalence``, ``cascade``.
+
+Each name maps to the judge's options model (declared beside the judge, every
+option with its one default) and a builder taking the engine and validated
+options. An entry point (CLI, workflow file, lm-eval) can check options with
+:func:`judge_options_model` without building the judge.
+"""
 
 from __future__ import annotations
 
-import difflib
-import inspect
+from dataclasses import dataclass
 from typing import Any, Callable
 
+from common.names import did_you_mean
 from engine.protocol import Engine
-from judges.base import Judge, JudgeError
-from judges.cascade import CascadeJudge
-from judges.embedding import EmbeddingJudge
-from judges.equivalence import LLMEquivalenceJudge
-from judges.exact import ExactJudge
-from judges.likelihood import LikelihoodJudge
-from judges.score import ScoreJudge
+from judges.base import Judge, JudgeError, JudgeOptions
+from judges.cascade import CascadeJudge, CascadeOptions
+from judges.embedding import EmbeddingJudge, EmbeddingOptions
+from judges.equivalence import LLMEquivalenceJudge, LLMEquivalenceOptions
+from judges.exact import ExactJudge, ExactOptions
+from judges.likelihood import LikelihoodJudge, LikelihoodOptions
+from judges.score import ScoreJudge, ScoreOptions
 
 
-def _cascade(engine: Engine | None, rungs: tuple[str, ...] = ("exact", "embedding", "score"),
-             **options: Any) -> CascadeJudge:
-    return CascadeJudge([make_judge(r, engine=engine, **options.get(r, {})) for r in rungs])
+@dataclass(frozen=True)
+class JudgeEntry:
+    options: type[JudgeOptions]
+    build: Callable[[Engine | None, Any], Judge]  # (engine, validated options) -> the judge
 
 
-def _needs_engine(name: str, factory: Callable[..., Judge]) -> Callable[..., Judge]:
-    def build(engine: Engine | None, **options: Any) -> Judge:
+def _needs_engine(name: str, judge_class: Callable[[Engine, Any], Judge]) -> Callable[[Engine | None, Any], Judge]:
+    def build(engine: Engine | None, options: Any) -> Judge:
         if engine is None:
             raise JudgeError(f"judge '{name}' asks a model; give it an engine (the target's, usually)")
-        return factory(engine, **options)
+        return judge_class(engine, options)
 
     return build
 
 
-# The class behind each name, whose constructor keywords are the judge's options.
-JUDGE_CLASSES: dict[str, type] = {"score": ScoreJudge, "likelihood": LikelihoodJudge, "exact": ExactJudge,
-                                  "embedding": EmbeddingJudge, "llm-equivalence": LLMEquivalenceJudge}
+def _cascade(engine: Engine | None, options: CascadeOptions) -> CascadeJudge:
+    return CascadeJudge([JUDGES[r].build(engine, options.rung_options(r)) for r in options.rungs])
+
+
+JUDGES: dict[str, JudgeEntry] = {
+    "score": JudgeEntry(ScoreOptions, _needs_engine("score", ScoreJudge)),
+    "likelihood": JudgeEntry(LikelihoodOptions, _needs_engine("likelihood", LikelihoodJudge)),
+    "exact": JudgeEntry(ExactOptions, lambda engine, options: ExactJudge(options)),
+    "embedding": JudgeEntry(EmbeddingOptions, lambda engine, options: EmbeddingJudge(options)),
+    "llm-equivalence": JudgeEntry(LLMEquivalenceOptions, _needs_engine("llm-equivalence", LLMEquivalenceJudge)),
+    "cascade": JudgeEntry(CascadeOptions, _cascade),
+}
+
+
+def judge_options_model(name: str) -> type[JudgeOptions]:
+    """The options model of judge ``name``: validate options with it without building the judge."""
+    if name not in JUDGES:
+        raise JudgeError(f"unknown judge '{name}'.{did_you_mean(name, JUDGES)} Judges: {', '.join(JUDGES)}")
+    return JUDGES[name].options
 
 
 def judge_options(name: str) -> tuple[str, ...]:
     """The options judge ``name`` takes (a cascade: ``rungs`` and one mapping per rung)."""
-    if name == "cascade":
-        return ("rungs", *JUDGE_CLASSES)
-    params = inspect.signature(JUDGE_CLASSES[name]).parameters.values()
-    return tuple(p.name for p in params if p.name != "engine")
-
-
-JUDGES: dict[str, Callable[..., Judge]] = {
-    "score": _needs_engine("score", ScoreJudge),
-    "likelihood": _needs_engine("likelihood", LikelihoodJudge),
-    "exact": lambda engine, **options: ExactJudge(**options),
-    "embedding": lambda engine, **options: EmbeddingJudge(**options),
-    "llm-equivalence": _needs_engine("llm-equivalence", LLMEquivalenceJudge),
-    "cascade": _cascade,
-}
+    return judge_options_model(name).names()
 
 
 def make_judge(name: str, *, engine: Engine | None = None, **options: Any) -> Judge:
-    """Build a judge by name; ``options`` go to its constructor (a cascade takes
-    ``rungs`` and per-rung option mappings keyed by rung name)."""
-    if name not in JUDGES:
-        close = difflib.get_close_matches(name, list(JUDGES), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise JudgeError(f"unknown judge '{name}'.{hint} Judges: {', '.join(JUDGES)}")
-    valid = judge_options(name)
-    unknown = [o for o in options if o not in valid]
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise JudgeError(f"judge '{name}' has no option '{unknown[0]}'.{hint} Its options: {', '.join(valid)}")
-    try:
-        return JUDGES[name](engine, **options)
-    except TypeError as e:
-        raise JudgeError(f"judge '{name}': bad option: {e}") from e
+    """Build a judge by name; ``options`` are validated by its options model (a cascade
+    takes ``rungs`` and per-rung option mappings keyed by rung name)."""
+    validated = judge_options_model(name).build(None, **options)
+    return JUDGES[name].build(engine, validated)

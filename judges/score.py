@@ -14,10 +14,15 @@ digit in its top-k is no score: the step is rejected.
 
 from __future__ import annotations
 
-from typing import Sequence
+import asyncio
 
+from typing import ClassVar, Sequence
+
+from pydantic import Field
+
+from common.options import Configured
 from engine.protocol import Engine
-from judges.base import JudgeError, StepCandidate, Verdict
+from judges.base import JudgeOptions, StepCandidate, Verdict
 from judges.digit_score import ScoreMethod, read_score
 
 DEFAULT_RUBRIC = (
@@ -26,40 +31,44 @@ DEFAULT_RUBRIC = (
 )
 
 
-class ScoreJudge:
+class ScoreOptions(JudgeOptions):
+    owner: ClassVar[str] = "judge 'score'"
+
+    threshold: float = Field(7.0, ge=0, le=9, description="accept a drafted step whose 0-9 score is at or above it")
+    method: ScoreMethod = Field("expected", description="how the score is read from the digits' probabilities: "
+                                "'expected' (their mean) or 'argmax' (the likeliest digit)")
+    rubric: str = Field(DEFAULT_RUBRIC, description="the rating question asked after the reasoning")
+    step_delimiter: str = Field("\n\n", description="joins the steps so far and the drafted step in the prompt")
+    top_k: int = Field(20, ge=1, description="how many of the target's likeliest next tokens are searched for digits")
+
+
+class ScoreJudge(Configured):
     name = "score"
     needs_target_step = False
 
-    def __init__(self, engine: Engine, threshold: float = 7.0, method: ScoreMethod = "expected",
-                 rubric: str = DEFAULT_RUBRIC, step_delimiter: str = "\n\n", top_k: int = 20) -> None:
-        if not 0 <= threshold <= 9:
-            raise JudgeError(f"score judge: threshold must be within 0..9, got {threshold}")
-        if method not in ("expected", "argmax"):
-            raise JudgeError(f"score judge: unknown score method '{method}'; choose 'expected' or 'argmax'")
+    def __init__(self, engine: Engine, options: ScoreOptions | None = None, **overrides) -> None:
+        """``options``, or keywords (``threshold=6``) validated through :class:`ScoreOptions`."""
         self.engine = engine
-        self.threshold = threshold
-        self.method = method
-        self.rubric = rubric
-        self.step_delimiter = step_delimiter
-        self.top_k = top_k
+        self.options = ScoreOptions.build(options, **overrides)
 
-    def prompt(self, c: StepCandidate) -> str:
-        reasoning = self.step_delimiter.join([*c.previous_steps, c.draft_step])
-        return self.engine.apply_chat_template(
+    async def prompt(self, c: StepCandidate) -> str:
+        reasoning = self.options.step_delimiter.join([*c.previous_steps, c.draft_step])
+        return await self.engine.aapply_chat_template(
             [
                 *c.opening_chat(),
                 {"role": "assistant", "content": reasoning},
-                {"role": "user", "content": self.rubric},
+                {"role": "user", "content": self.options.rubric},
                 {"role": "assistant", "content": "Score:"},
             ],
             continue_final_message=True,
         )
 
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
-        dists = await self.engine.next_token_logprobs([self.prompt(c) for c in candidates], top_k=self.top_k)
+        prompts = await asyncio.gather(*(self.prompt(c) for c in candidates))
+        dists = await self.engine.next_token_logprobs(prompts, top_k=self.options.top_k)
         verdicts = []
         for d in dists:
-            score = read_score(d, self.method)
-            accept = score is not None and score >= self.threshold
+            score = read_score(d, self.options.method)
+            accept = score is not None and score >= self.options.threshold
             verdicts.append(Verdict(self.name, accept=accept, confident=True, score=score, num_judge_calls=1))
         return verdicts

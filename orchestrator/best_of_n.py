@@ -15,15 +15,25 @@ solutions 8.1, 3.2, 4.0, 7.7: 18 wins (15.8 against 7.2).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable
+from typing import Any, Literal
 
-from engine.protocol import Engine, EngineError
-from judges.base import Judge, JudgeError, StepCandidate
-from orchestrator.prompts import opening_messages
-from orchestrator.run import Budget, ReasoningError, TraceRun
-from orchestrator.stepgen import generate_steps, opening_prompt
-from orchestrator.steps import StepRules, find_answer, split_steps
-from orchestrator.trace import StepRecord, Trace
+from pydantic import Field
+
+from engine.protocol import Engine
+from judges.base import Judge, JudgeError
+from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.run import TraceRun
+from orchestrator.stepgen import GeneratedStep
+from orchestrator.steps import find_answer, split_steps
+from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
+
+
+class BestOfNOptions(StrategyOptions):
+    n: int = Field(5, ge=1, description="whole solutions sampled, in one batch")
+    temperature: float = Field(0.8, ge=0)
+    seed: int = 0
+    vote: Literal["majority", "weighted"] = Field("majority", description="weighted: the judge rates every "
+                                                                          "solution, not only to break a tie")
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -38,68 +48,70 @@ def answer_key(answer: str | None) -> str | None:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
-                    rules: StepRules = StepRules(), budget: Budget = Budget(), n: int = 5,
-                    temperature: float = 0.8, seed: int = 0, vote: str = "majority", sampler: str = "draft",
-                    on_step: Callable[[StepRecord], None] | None = None) -> Trace:
-    if n < 1:
-        raise ValueError(f"best-of-n needs n >= 1, got {n}")
-    if vote not in ("majority", "weighted"):
-        raise ValueError(f"vote must be 'majority' or 'weighted', got {vote!r}")
-    if judge.needs_target_step:
-        raise JudgeError(f"best-of-n rates each solution on its own; judge '{judge.name}' compares two steps: "
-                         "use 'score'")
-    if sampler == "draft" and draft is None:
-        raise ValueError("best-of-n with sampler 'draft' needs a draft engine")
-    engines = {"target": target, **({"draft": draft} if draft is not None else {})}
-    run = TraceRun(question, "best-of-n" if sampler == "draft" else "best-of-n-target", rules, budget, engines,
-                   on_step)
-    model = run.engines[sampler]
-    try:
-        prompt = opening_prompt(model, question)
-        samples = await generate_steps(model, [prompt] * n, rules, budget.max_tokens, temperature=temperature,
-                                       seed=[seed * 1_000_003 + i for i in range(n)], until_end=True)
-        answers = [answer_key(find_answer(s.text, rules)) for s in samples]
+class BestOfN(Policy):
+    """The search; its one step keeps the winning solution's steps and ends the trace."""
+
+    def __init__(self, judge: Judge, options: BestOfNOptions, sampler: Author) -> None:
+        if judge.needs_target_step:
+            raise JudgeError(f"best-of-n rates each solution on its own; judge '{judge.name}' compares two steps: "
+                             "use 'score'")
+        self.name = "best-of-n" if sampler is Author.DRAFT else "best-of-n-target"
+        self.judge, self.options, self.sampler = judge, options, sampler
+        self.found: dict[str, Any] = {}
+
+    async def step(self, run: TraceRun) -> None:
+        o = self.options
+        samples = await run.write_many(self.sampler, [run.steps] * o.n, run.budget.max_tokens, until_end=True,
+                                       temperature=o.temperature, seed=[o.seed * 1_000_003 + i for i in range(o.n)])
+        answers = [answer_key(find_answer(s.text, run.rules)) for s in samples]
         votes = Counter(a for a in answers if a is not None)
         top = votes.most_common()
         tied = [a for a, c in top if c == top[0][1]] if top else []
-        scores: list[float | None] = [None] * n
-        if vote == "weighted" or len(tied) != 1:
+        scores: list[float | None] = [None] * o.n
+        winner = tied[0] if len(tied) == 1 else None
+        if o.vote == "weighted" or len(tied) != 1:
             # Tie-break rule: the judge rates every solution (one batched call); each
             # answer weighs the sum of its solutions' scores; the heaviest wins.
-            verdicts = await run.judge(judge, [StepCandidate(question, (), s.text,
-                                                             opening_messages=opening_messages(question))
-                                               for s in samples])
-            scores = [v.score for v in verdicts]
-            weight: dict[str | None, float] = defaultdict(float)
+            scores = [v.score for v in await run.judge(self.judge, [run.rating(s.text) for s in samples])]
+            weight: dict[str, float] = defaultdict(float)
             for a, sc in zip(answers, scores):
-                if a is not None and (vote == "weighted" or a in tied):
+                if a is not None and (o.vote == "weighted" or a in tied):
                     weight[a] += sc or 0.0
             winner = max(weight, key=lambda a: weight[a]) if weight else None
-        else:
-            winner = tied[0]
-        pick = max((i for i in range(n) if answers[i] == winner),
+        pick = max((i for i in range(o.n) if answers[i] == winner),
                    key=lambda i: (scores[i] or 0.0, -i)) if winner is not None else 0
-        chosen = samples[pick]
-        texts = split_steps(chosen.text, rules.delimiter) or [chosen.text]
+        await self.keep(run, samples[pick])
+        self.found = {"samples": [{"text": s.text, "answer": a, "num_tokens": s.num_tokens, "score": sc}
+                                  for s, a, sc in zip(samples, answers, scores)],
+                      "votes": dict(votes), "winner": winner, "judged": any(sc is not None for sc in scores),
+                      "chosen_sample": pick, "num_sample_tokens": sum(s.num_tokens for s in samples)}
+
+    async def keep(self, run: TraceRun, chosen: GeneratedStep) -> None:
+        """The chosen solution, cut into steps, as the trace; it stops where the solution did."""
+        texts = split_steps(chosen.text, run.rules.delimiter) or [chosen.text]
         for i, text in enumerate(texts):
-            tokens = model.count_tokens(text)
-            run.add(StepRecord(i, sampler, text, **{f"num_{sampler}_tokens": tokens}),
-                    chosen.ends if i == len(texts) - 1 else None)
-        stop = run.ended or ("eos" if chosen.complete else "max_tokens")
-    except EngineError as e:
-        raise ReasoningError(f"best-of-n: {e}", run.finish("error", error=str(e))) from e
-    search = {"samples": [{"text": s.text, "answer": a, "num_tokens": s.num_tokens, "score": sc}
-                          for s, a, sc in zip(samples, answers, scores)],
-              "votes": dict(votes), "winner": winner, "judged": any(sc is not None for sc in scores),
-              "chosen_sample": pick, "num_sample_tokens": sum(s.num_tokens for s in samples),
-              "options": {"n": n, "temperature": temperature, "vote": vote, "sampler": sampler}}
-    return run.finish(stop, search=search)
+            work = Work(await run.engines[self.sampler].acount_tokens(text))
+            run.add(StepRecord.written(i, self.sampler, text, work), chosen.ends if i == len(texts) - 1 else None)
+        run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)
+
+    def search(self) -> dict[str, Any]:
+        o = self.options
+        return {**self.found, "options": {"n": o.n, "temperature": o.temperature, "vote": o.vote,
+                                          "sampler": self.sampler.value}}
 
 
-async def best_of_n_target(question: str, *, target: Engine, judge: Judge, rules: StepRules = StepRules(),
-                           budget: Budget = Budget(), n: int = 5, temperature: float = 0.8, seed: int = 0,
-                           vote: str = "majority", on_step: Callable[[StepRecord], None] | None = None) -> Trace:
+async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
+                    sampler: str = "draft", **options: Any) -> Trace:
+    """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
+    ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
+    if sampler == "draft" and draft is None:
+        raise ValueError("best-of-n with sampler 'draft' needs a draft engine")
+    shared, options = split_shared(options)
+    name = "best-of-n" if sampler == "draft" else "best-of-n-target"
+    policy = BestOfN(judge, BestOfNOptions.parse(name, options), Author(sampler))
+    return await drive(policy, question, {"target": target, "draft": draft}, **shared)
+
+
+async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:
     """The baseline: the same vote over n solutions the target samples."""
-    return await best_of_n(question, target=target, judge=judge, rules=rules, budget=budget, n=n,
-                           temperature=temperature, seed=seed, vote=vote, sampler="target", on_step=on_step)
+    return await best_of_n(question, target=target, judge=judge, sampler="target", **options)

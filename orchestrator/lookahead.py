@@ -33,17 +33,31 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
-from engine.protocol import Engine, EngineError
+from pydantic import Field, model_validator
+
+from engine.protocol import Engine
 from judges.base import Judge
+from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
-from orchestrator.prompts import opening_messages
-from orchestrator.run import (Budget, ReasoningError, TraceRun, draft_logprobs, drafted_candidate, judged_fields,
-                              rewrite_step, written_step)
-from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
-from orchestrator.steps import StepRules
-from orchestrator.trace import StepRecord, Trace
+from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
+from orchestrator.stepgen import GeneratedStep
+from orchestrator.trace import Author, StepRecord, Trace
+
+
+class LookaheadOptions(StrategyOptions):
+    gamma: int = Field(4, ge=1, description="steps drafted ahead in the first round")
+    min_gamma: int = Field(1, ge=1)
+    max_gamma: int = Field(8, ge=1)
+    adaptive: bool = Field(True, description="γ follows the running step acceptance rate")
+    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
+                                            "does not pay (goodput)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "LookaheadOptions":
+        GammaController(self.gamma, self.min_gamma, self.max_gamma)  # 1 <= min_gamma <= gamma <= max_gamma
+        return self
 
 
 @dataclass
@@ -75,88 +89,72 @@ class GammaController:
         self.gamma = max(self.min_gamma, min(self.max_gamma, round(expected_run) + 1))
 
 
-async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judge,
-                    rules: StepRules = StepRules(), budget: Budget = Budget(), gamma: int = 4,
-                    min_gamma: int = 1, max_gamma: int = 8, adaptive: bool = True, backoff: bool = True,
-                    governor: GoodputGovernor | None = None,
-                    on_step: Callable[[StepRecord], None] | None = None) -> Trace:
-    control = GammaController(gamma, min_gamma, max_gamma, adaptive)
-    governor = (governor or GoodputGovernor()) if backoff else None
-    run = TraceRun(question, "lookahead", rules, budget, {"draft": draft, "target": target}, on_step, governor)
-    draft, target, d = run.engines["draft"], run.engines["target"], rules.delimiter
-    logprobs = draft_logprobs(judge)
+class Lookahead(Policy):
+    name = "lookahead"
 
-    async def draft_ahead(base: list[StepRecord], num_steps: int) -> list[GeneratedStep]:
+    def __init__(self, judge: Judge, options: LookaheadOptions) -> None:
+        self.judge, self.logprobs = judge, draft_logprobs(judge)
+        self.control = GammaController(options.gamma, options.min_gamma, options.max_gamma, options.adaptive)
+        self.next_round: asyncio.Task | None = None  # the draft's steps past the round being verified
+
+    async def draft_ahead(self, run: TraceRun, base: list[StepRecord], num_steps: int) -> list[GeneratedStep]:
         """Up to ``num_steps`` drafted steps after ``base``, stopping where the trace would."""
         drafted: list[GeneratedStep] = []
-        ahead = base[len(run.steps):]
-        while len(drafted) < num_steps and run.stop_reason(ahead) is None:
-            (step,) = await generate_steps(draft, [step_prompt(draft_opening, base, d)], rules,
-                                           run.step_token_cap(ahead), logprobs=logprobs)
-            drafted.append(step)
-            base = [*base, written_step(len(base), "draft", step)]
-            ahead = base[len(run.steps):]
-            if step.ends:
-                break
+        while len(drafted) < num_steps and not (drafted and drafted[-1].ends) and run.stop_reason(
+                base[len(run.steps):]) is None:
+            drafted.append(await run.write("draft", base, logprobs=self.logprobs))
+            base = [*base, written_step(len(base), Author.DRAFT, drafted[-1])]
         return drafted
 
-    next_round: asyncio.Task | None = None  # the draft's steps past the round being verified
-    try:
-        draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
-        judge_opening = opening_messages(question)
-        while (stop := run.stop_reason()) is None:
-            if next_round is None and run.decide() is StepMode.TARGET:  # goodput: drafting does not pay now
-                (step,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules,
-                                               run.step_token_cap())
-                run.add(written_step(len(run.steps), "target", step, backoff=True), step.ends)
-                continue
-            drafted = await (next_round or draft_ahead(list(run.steps), control.gamma))
-            next_round = None
-            if not drafted:  # drafting stopped where the trace stops (a timeout in between)
-                continue
-            as_drafted = [*run.steps] + [written_step(len(run.steps) + i, "draft", s) for i, s in enumerate(drafted)]
-            # The draft goes on from the last drafted step while the target verifies.
-            next_round = None if drafted[-1].ends else asyncio.create_task(draft_ahead(as_drafted, control.gamma))
-            positions = range(len(run.steps), len(as_drafted))
-            prompts = [step_prompt(target_opening, as_drafted[:p], d) for p in positions]
-            caps = [run.step_token_cap(as_drafted[len(run.steps):p]) for p in positions]
-            # The target writes its own step at every position (what an equivalence judge
-            # compares with, and the replacement at a rejection); a token-level verifier
-            # reads the target's logprobs of the drafted tokens instead.
-            own = None if logprobs is not None else await generate_steps(target, prompts, rules, caps)
-            t1 = time.perf_counter()
-            verdicts = await run.judge(judge, [
-                drafted_candidate(question, as_drafted[:p], step, opening=judge_opening, prefix=prompt,
-                                  target_step=own[j].text if own else None)
-                for j, (p, step, prompt) in enumerate(zip(positions, drafted, prompts))])
-            judge_seconds = (time.perf_counter() - t1) / len(drafted)
-            # Acceptance rule: keep drafted steps while the judge accepts them; at the
-            # first rejection the target's step for that position replaces the draft's
-            # (written after a token-level cut's kept prefix, or its own from the
-            # equivalence round) and everything drafted after it is dropped.
-            num_accepted = 0
-            for j, (step, verdict) in enumerate(zip(drafted, verdicts)):
-                if run.stop_reason() is not None:
-                    break
-                judged = judged_fields(step, verdict, judge_seconds)
-                if verdict.accept:
-                    run.add(written_step(len(run.steps), "draft", step,
-                                         num_verify_tokens=own[j].num_tokens if own else 0, **judged), step.ends)
-                    num_accepted += 1
-                    continue
-                mine = own[j] if own else await rewrite_step(target, prompts[j], verdict, rules, caps[j])
-                run.add(written_step(len(run.steps), "target", mine, **judged), mine.ends)
+    async def step(self, run: TraceRun) -> None:
+        if self.next_round is None and run.decide() is StepMode.TARGET:  # goodput: drafting does not pay now
+            run.keep(Author.TARGET, await run.write("target"), backoff=True)
+            return
+        drafted = await (self.next_round or self.draft_ahead(run, list(run.steps), self.control.gamma))
+        self.next_round = None
+        if not drafted:  # drafting stopped where the trace stops (a timeout in between)
+            return
+        n = len(run.steps)
+        as_drafted = [*run.steps] + [written_step(n + i, Author.DRAFT, s) for i, s in enumerate(drafted)]
+        if not drafted[-1].ends:  # the draft goes on from the last drafted step while the target verifies
+            self.next_round = asyncio.create_task(self.draft_ahead(run, as_drafted, self.control.gamma))
+        bases = [as_drafted[:n + j] for j in range(len(drafted))]  # where each drafted step was written
+        # The target writes its own step at every position (what an equivalence judge compares
+        # with, and the replacement at a rejection); a token-level verifier reads the target's
+        # logprobs of the drafted tokens instead.
+        own = None if self.logprobs is not None else await run.write_many("target", bases)
+        t1 = time.perf_counter()
+        verdicts = await run.judge(self.judge, [run.candidate(step, base, own[j].text if own else None)
+                                                for j, (step, base) in enumerate(zip(drafted, bases))])
+        judge_seconds = (time.perf_counter() - t1) / len(drafted)
+        # Acceptance rule: keep drafted steps while the judge accepts them; at the first
+        # rejection the target's step for that position replaces the draft's (after a
+        # token-level cut's kept prefix) and everything drafted after it is dropped.
+        num_accepted = 0
+        for j, (step, verdict) in enumerate(zip(drafted, verdicts)):
+            if run.stop_reason() is not None:
                 break
-            control.observe_round(num_accepted, min(num_accepted + 1, len(drafted)))
-            if num_accepted < len(drafted) and next_round is not None:
-                next_round.cancel()
-                next_round = None
-        if stop == "thinking":
-            stop = await run.write_answer("target", target_opening)
-    except EngineError as e:
-        raise ReasoningError(f"lookahead: {e}", run.finish("error", error=str(e))) from e
-    finally:
-        if next_round is not None and not next_round.done():
-            next_round.cancel()
-            await asyncio.gather(next_round, return_exceptions=True)  # cancelled work: nothing to keep
-    return run.finish(stop)
+            judged = judged_fields(step, verdict, judge_seconds)
+            if not verdict.accept:
+                run.keep(Author.TARGET, own[j] if own else await run.rewrite(verdict, bases[j]), **judged)
+                break
+            run.keep(Author.DRAFT, step, num_verify_tokens=own[j].num_tokens if own else 0, **judged)
+            num_accepted += 1
+        self.control.observe_round(num_accepted, min(num_accepted + 1, len(drafted)))
+        if num_accepted < len(drafted):  # the next round bet on every drafted step: dropped
+            await self.close()
+
+    async def close(self) -> None:
+        if self.next_round is not None and not self.next_round.done():
+            self.next_round.cancel()
+            await asyncio.gather(self.next_round, return_exceptions=True)  # cancelled work: nothing to keep
+        self.next_round = None
+
+
+async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judge,
+                    governor: GoodputGovernor | None = None, **options: Any) -> Trace:
+    """``options``: :class:`LookaheadOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
+    shared, options = split_shared(options)
+    o = LookaheadOptions.parse("lookahead", options)
+    return await drive(Lookahead(judge, o), question, {"draft": draft, "target": target},
+                       governor=backoff_governor(o.backoff, governor), **shared)

@@ -7,23 +7,26 @@
         print(solution.answer, solution.stats["step_acceptance_rate"])
         many = r.solve_many(questions)  # concurrent: the engines batch the problems
 
-``asolve``/``asolve_many`` are the same in async code. The engines start once,
-on first use, and serve every problem until ``close()``. vLLM's async engines
-belong to the event loop they started on: use one Reasoner either from sync
-code (``solve``, which keeps its own loop) or from one event loop (``asolve``).
+``Reasoner.from_config(ReasonerConfig(...))`` is the same from a declared configuration
+(:mod:`orchestrator.config`), which every entry point builds. ``asolve``/``asolve_many``
+are the same in async code. The engines start once, on first use, and serve every
+problem until ``close()``. vLLM's async engines belong to the event loop they started
+on: use one Reasoner either from sync code (``solve``, which keeps its own loop) or from
+one event loop (``asolve``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from engine.config import EngineConfig, EnginePair, build_engines, check_engine
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from judges.registry import make_judge
+from orchestrator.config import ReasonerConfig
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
 EngineStartListener = Callable[[str, Engine, bool], None]
 
 logger = logging.getLogger(__name__)
+
+_PAIR = EnginePair.model_fields  # from_models' defaults: the pair's, declared once
 
 
 @dataclass(frozen=True)
@@ -71,45 +76,35 @@ class _NotLoaded:
         raise RuntimeError(f"engine '{self.name}' is not loaded (configuration check only)")
 
 
-def check_reasoner(target: str = "target", draft: str | None = None, **options: Any) -> None:
-    """Raise what ``Reasoner(...)`` would for ``options`` (an unknown strategy, judge, router
-    or option name, a bad option value, a strategy that needs a draft without one), with
-    no engine loaded. ``target``/``draft``: the engines' names (draft None: no draft engine)."""
-    Reasoner(_NotLoaded(target), _NotLoaded(draft) if draft else None, **options)
+def check_reasoner(config: ReasonerConfig, *, models: bool = True) -> "Reasoner":
+    """Raise what :meth:`Reasoner.from_config` would for ``config`` before it builds an engine
+    (an unknown strategy, judge, router or option name with the closest valid one, a bad
+    option value, a strategy that needs a draft without one; then, with ``models``, an
+    unknown model), loading and preparing nothing (a router file is read). Returns the
+    reasoner built on stand-in engines: its judge, router and options are what they would
+    be; it cannot solve."""
+    clash = sorted(set(config.options) & set(ReasonerConfig.model_fields))
+    if clash:
+        raise StrategyError(f"{', '.join(clash)} is not a strategy option; give it as the reasoner's own key "
+                            f"({clash[0]}: ...), not under options")
+    checked = Reasoner(_NotLoaded("target"), _NotLoaded("draft") if config.draft else None, **_keywords(config))
+    for engine in _engines_in_config(config).values() if models else ():
+        check_engine(engine)
+    return checked
 
 
-def build_engines(target: str, draft: str | None, *, target_spec: str = "none", draft_spec: str = "none",
-                  num_speculative_tokens: int | None = None, kv_cache_gib: float = 1.0, max_model_len: int = 4096,
-                  max_num_seqs: int = 32, draft_engine: bool = True,
-                  on_prepare: PrepareProgress | None = None) -> tuple[Engine, Engine | None]:
-    """In-process vLLM engines (not started) for model presets, folders or hub ids.
+def _keywords(config: ReasonerConfig) -> dict[str, Any]:
+    """``Reasoner``'s keywords for a config (engines aside)."""
+    return dict(strategy=config.strategy, judge=config.judge, judge_options=config.judge_options,
+                router=config.router, router_options=config.router_options,
+                rules=StepRules(delimiter=config.delimiter), budget=config.budget,
+                max_concurrency=config.max_concurrency, **config.options)
 
-    ``target_spec``/``draft_spec``: token-level speculation inside each engine
-    (none, ngram, suffix, draft; ``draft`` on the target uses the draft model as
-    its token drafter). ``max_num_seqs``: sequences each engine decodes in one
-    batch (raise it to serve more problems at once). ``draft_engine=False``: no
-    engine for the draft model (it may still draft tokens inside the target).
-    ``on_prepare`` hears the progress of preparing a bundled model not prepared yet."""
-    from engine.models import resolve_model
-    from engine.speculation import speculative_config
-    from engine.vllm_backend import VLLMEngine
 
-    target_path = resolve_model(target, on_progress=on_prepare)
-    draft_path = resolve_model(draft, on_progress=on_prepare) if draft else None
-    if target_spec == "draft" and draft_path is None:
-        raise ValueError("target_spec='draft' drafts tokens with the draft model; give draft=...")
-    if draft_spec == "draft":
-        raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
-    target_engine = VLLMEngine(target_path, name=target, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
-                               max_num_seqs=max_num_seqs,
-                               speculative_config=speculative_config(target_spec, draft_model=draft_path,
-                                                                     num_speculative_tokens=num_speculative_tokens))
-    if draft_path is None or not draft_engine:
-        return target_engine, None
-    return target_engine, VLLMEngine(draft_path, name=draft, kv_cache_gib=kv_cache_gib, max_model_len=max_model_len,
-                                     max_num_seqs=max_num_seqs,
-                                     speculative_config=speculative_config(draft_spec,
-                                                                           num_speculative_tokens=num_speculative_tokens))
+def _engines_in_config(config: ReasonerConfig) -> dict[str, EngineConfig]:
+    """The engines a config's strategy uses, by role (the draft only where it drafts steps)."""
+    drafts = get_strategy(config.strategy).needs_draft and config.draft is not None
+    return {"target": config.target, **({"draft": config.draft} if drafts else {})}
 
 
 class Reasoner:
@@ -144,9 +139,9 @@ class Reasoner:
                              "(or the 'lookahead' strategy)")
         self.router = self._build_router(router, dict(router_options or {}))
         # Strategies that back off under load share one governor across this reasoner's problems.
-        self.governor = GoodputGovernor() if "governor" in inspect.signature(self.strategy.run).parameters else None
+        self.governor = GoodputGovernor() if self.strategy.backs_off else None
         self._runner: asyncio.Runner | None = None
-        self._owned: list[Engine] = []  # engines from_models built: closed with the reasoner
+        self._owned: list[Engine] = []  # engines from_config built: closed with the reasoner
 
     def _build_judge(self, judge: str | Judge | None, options: dict[str, Any]) -> Judge | None:
         if self.strategy.default_judge is None:
@@ -176,24 +171,51 @@ class Reasoner:
         return make_router(router, **options)
 
     @classmethod
-    def from_models(cls, target: str = "qwen2.5-coder-1.5b", draft: str | None = "qwen2.5-coder-0.5b", *,
-                    target_spec: str = "none", draft_spec: str = "none", num_speculative_tokens: int | None = None,
-                    kv_cache_gib: float = 1.0, max_model_len: int = 4096, on_prepare: PrepareProgress | None = None,
-                    **options: Any) -> "Reasoner":
-        """A reasoner over in-process vLLM engines for model presets, folders or hub ids
-        (the draft engine only for strategies that draft steps).
+    def from_config(cls, config: ReasonerConfig, *, engines: tuple[Engine, Engine | None] | None = None,
+                    on_prepare: PrepareProgress | None = None) -> "Reasoner":
+        """The reasoner a :class:`orchestrator.config.ReasonerConfig` describes. The config is
+        checked first (:func:`check_reasoner`), before any model is prepared; then the engines
+        its strategy uses are built (:func:`engine.config.build_engines`: not started, closed
+        with the reasoner; a server that does not answer fails in seconds, before a bundled
+        model is prepared; ``on_prepare`` hears that progress). ``engines``: (target, draft)
+        already built, shared with other reasoners (bench arms, a workflow's reasoners), used
+        as they are (the config's engine settings aside) and not closed with this one."""
+        owned: list[Engine] = []
+        if engines is None:
+            check_reasoner(config)
+            wanted = _engines_in_config(config)
+            built = build_engines(wanted, names={role: c.model for role, c in wanted.items()}, on_prepare=on_prepare)
+            engines, owned = (built["target"], built.get("draft")), list(built.values())
+        reasoner = cls(engines[0], engines[1], **_keywords(config))
+        reasoner._owned = owned
+        return reasoner
 
-        ``target_spec``/``draft_spec``: token-level speculation inside each engine
-        (none, ngram, suffix, draft; ``draft`` on the target uses the draft model
-        as its token drafter). ``on_prepare``: see :func:`build_engines`."""
-        check_reasoner(target, draft, **options)  # bad options fail before any load
-        needs_draft = get_strategy(options.get("strategy", "specreason")).needs_draft
-        target_engine, draft_engine = build_engines(
-            target, draft if needs_draft or target_spec == "draft" else None, target_spec=target_spec,
-            draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
-            max_model_len=max_model_len, draft_engine=needs_draft, on_prepare=on_prepare)
-        reasoner = cls(target_engine, draft_engine, **options)
-        reasoner._owned = [e for e in (target_engine, draft_engine) if e is not None]
+    @classmethod
+    def from_models(cls, target: str = _PAIR["target"].default, draft: str | None = _PAIR["draft"].default, *,
+                    target_spec: str = _PAIR["target_spec"].default, draft_spec: str = _PAIR["draft_spec"].default,
+                    num_speculative_tokens: int | None = None, kv_cache_gib: float = _PAIR["kv_cache_gib"].default,
+                    max_model_len: int = _PAIR["max_model_len"].default, on_prepare: PrepareProgress | None = None,
+                    **options: Any) -> "Reasoner":
+        """A reasoner over in-process vLLM engines for model presets, folders or hub ids: a
+        thin builder of a :class:`orchestrator.config.ReasonerConfig` for :meth:`from_config`.
+
+        ``target_spec``/``draft_spec``: token-level speculation inside each engine (none,
+        ngram, suffix, draft). ``target_spec`` defaults to ``draft``, as on the command line
+        (the draft model drafts the target's tokens too; none when ``draft`` is None); it
+        defaulted to ``none`` here and in lm-eval's model before: pass ``target_spec="none"``
+        for that. ``options``: ``Reasoner``'s keywords (strategy, judge and router by name
+        or file, their options, budget, max_concurrency, strategy options); of ``rules``,
+        the delimiter goes into the config and the rest applies on top."""
+        rules = options.pop("rules", None)
+        pair = EnginePair(target=target, draft=draft, target_spec=target_spec, draft_spec=draft_spec,
+                          num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
+                          max_model_len=max_model_len)
+        target_config, draft_config = pair.engines()
+        config = ReasonerConfig.from_keywords(target=target_config, draft=draft_config, **options,
+                                              **({} if rules is None else {"delimiter": rules.delimiter}))
+        reasoner = cls.from_config(config, on_prepare=on_prepare)
+        if rules is not None:
+            reasoner.rules = rules
         return reasoner
 
     # -- async API -----------------------------------------------------------------
@@ -269,7 +291,9 @@ class Reasoner:
 
     # -- sync API (its own event loop, kept for the reasoner's life) ------------------
 
-    def _run(self, coro):
+    def run_sync(self, coro):
+        """Run ``coro`` on this reasoner's own event loop (the sync API's; kept for its life):
+        for callers that wrap the async API, like :class:`workflows.agents.agent.Agent`."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -284,14 +308,14 @@ class Reasoner:
 
     def load(self, on_engine: EngineStartListener | None = None) -> None:
         """Start the engines now (sync API); otherwise the first solve does."""
-        self._run(self.start(on_engine))
+        self.run_sync(self.start(on_engine))
 
     def solve(self, question: str, on_step: Callable[[StepRecord], None] | None = None) -> Solution:
-        return self._run(self.asolve(question, on_step))
+        return self.run_sync(self.asolve(question, on_step))
 
     def solve_many(self, questions: Sequence[str],
                    on_step: Callable[[int, StepRecord], None] | None = None) -> list[Solution]:
-        return self._run(self.asolve_many(questions, on_step))
+        return self.run_sync(self.asolve_many(questions, on_step))
 
     def close(self) -> None:
         if self._runner is not None:

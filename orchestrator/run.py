@@ -1,5 +1,9 @@
 """State shared by every strategy's loop: budgets, stop reasons, the growing trace.
 
+:class:`TraceRun` is the trace being written and why it should stop; the driver
+(:mod:`orchestrator.driver`) owns its life, a strategy's policy writes its steps
+through :meth:`TraceRun.write` and :meth:`TraceRun.keep`.
+
 Engines are shared: several traces (``solve_many``) may run on the same two
 engines at once, so a trace counts its own work through :class:`CountingEngine`
 (calls, generated tokens, vLLM's per-request speculation counters) rather than
@@ -9,39 +13,18 @@ reading the engines' global counters.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.protocol import Engine
 from engine.stats import SpecDecodingStats
 from engine.types import GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
+from orchestrator.budget import Budget  # its home is orchestrator.budget; imported from here too
 from orchestrator.goodput import GoodputGovernor, StepMode
-from orchestrator.stepgen import GeneratedStep, generate_steps, step_prompt
+from orchestrator.prompts import opening_messages
+from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules, find_answer
-from orchestrator.trace import StepRecord, Trace, join_steps
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits of one trace. ``max_tokens`` counts the tokens of the trace's text."""
-
-    max_steps: int = 64
-    max_tokens: int = 2048
-    max_step_tokens: int = 256
-    max_seconds: float | None = None
-    # This many steps in a row cut by max_step_tokens, with the delimiter nowhere in
-    # the trace, means the model does not separate steps that way: an error. None: allow.
-    max_cut_steps: int | None = 4
-
-    def __post_init__(self) -> None:
-        for name in ("max_steps", "max_tokens", "max_step_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"budget {name} must be >= 1, got {getattr(self, name)}")
-        if self.max_cut_steps is not None and self.max_cut_steps < 1:
-            raise ValueError(f"budget max_cut_steps must be >= 1 or None, got {self.max_cut_steps}")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            raise ValueError(f"budget max_seconds must be > 0, got {self.max_seconds}")
+from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
 class ReasoningError(RuntimeError):
@@ -105,10 +88,10 @@ class CountingEngine:
         return getattr(self.engine, name)
 
 
-def written_step(index: int, author: str, step: GeneratedStep, **judged: Any) -> StepRecord:
-    """The record of a step ``author`` ("draft" or "target") wrote, with any verdict fields."""
-    fields: dict[str, Any] = {f"num_{author}_tokens": step.num_tokens, f"{author}_seconds": step.seconds}
-    return StepRecord(index, author, step.text, complete=step.complete, **{**fields, **judged})
+def written_step(index: int, author: Author, step: GeneratedStep, **judged: Any) -> StepRecord:
+    """The record of a step ``author`` wrote, with any verdict fields."""
+    return StepRecord.written(index, author, step.text, Work(step.num_tokens, step.seconds), complete=step.complete,
+                              **judged)
 
 
 def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float = 0.0) -> dict[str, Any]:
@@ -122,33 +105,18 @@ def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float
     return fields
 
 
-def drafted_candidate(question: Any, previous: Sequence[StepRecord], drafted: GeneratedStep, *,
-                      opening: tuple[tuple[str, str], ...], prefix: str, target_step: str | None = None) -> StepCandidate:
-    """What a judge sees of a drafted step: its text in context and, for a token-level
-    verifier, the exact prompt it continues and the draft's tokens."""
-    return StepCandidate(question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
-                         opening_messages=opening, prefix=prefix, draft_token_ids=drafted.token_ids,
-                         draft_token_logprobs=drafted.token_logprobs, draft_token_texts=drafted.token_texts)
-
-
 def draft_logprobs(judge: Judge) -> int | None:
     """What a strategy asks of the draft for ``judge``: each token's logprob (0 = the
     sampled token's alone) when the judge reads the drafted tokens, else nothing."""
     return 0 if getattr(judge, "needs_draft_tokens", False) else None
 
 
-async def rewrite_step(target: Engine, prompt: str, verdict: Verdict, rules: StepRules, cap: int) -> GeneratedStep:
-    """The target's step where ``verdict`` rejected the draft's: after a token-level cut
-    it keeps the drafted tokens before the cut and writes on from there (greedy, so its
-    first token is its own top choice at the cut); otherwise it writes the whole step."""
-    head = verdict.cut.kept_text if verdict.cut is not None else ""
-    kept = verdict.cut.offset if verdict.cut is not None else 0
-    (own,) = await generate_steps(target, [prompt], rules, max(1, cap - kept), heads=[head])
-    return own
-
-
 class TraceRun:
-    """The trace being written, and why it should stop."""
+    """The trace being written, and why it should stop.
+
+    A policy writes through it: :meth:`write` has a model write the next step (after
+    the trace, or after other ``steps``), :meth:`keep` adds a written step to the
+    trace, :meth:`judge` asks a judge, :meth:`end` stops a search's trace."""
 
     def __init__(self, question: str, strategy: str, rules: StepRules, budget: Budget,
                  engines: Mapping[str, Engine], on_step: Callable[[StepRecord], None] | None = None,
@@ -163,8 +131,10 @@ class TraceRun:
         self.engines = {role: CountingEngine(e, self.clock) for role, e in engines.items()}
         self.on_step = on_step
         self.steps: list[StepRecord] = []
-        self.ended: str | None = None  # "answer", "eos", "thinking" or "action" once a step ends it
+        # Set once a step ends the trace (answer, eos, thinking, action) or a search ends it.
+        self.ended: StopReason | None = None
         self.num_judge_calls = 0
+        self._openings: dict[str, str] = {}
         self._t0 = time.perf_counter()
         # Goodput-aware speculation: the shared governor, and the decision awaiting its step.
         self.governor = governor
@@ -189,6 +159,13 @@ class TraceRun:
             self._decision = None
             self.governor.observe(mode, load, self.num_tokens - tokens, time.perf_counter() - started)
 
+    def leave(self) -> None:
+        """The trace is done with the governor (once; finish calls it too)."""
+        if self.governor is not None:
+            self._observe_decision()
+            self.governor.exit()
+            self.governor = None
+
     @property
     def step_texts(self) -> tuple[str, ...]:
         return tuple(s.text for s in self.steps)
@@ -203,15 +180,75 @@ class TraceRun:
         used = self.num_tokens + sum(s.num_tokens for s in ahead)
         return max(1, min(self.budget.max_step_tokens, self.budget.max_tokens - used))
 
+    # -- writing ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Render the reasoning chat once per engine (awaited: a server may render it)."""
+        for role, engine in self.engines.items():
+            self._openings[role] = await opening_prompt(engine, self.question)
+
+    def opening(self, role: str) -> str:
+        """The reasoning chat as ``role``'s engine renders it (rendered by :meth:`open`)."""
+        return self._openings[role]
+
+    def prompt(self, role: str, steps: Sequence[StepRecord] | None = None) -> str:
+        """What makes ``role``'s engine write the step after ``steps`` (default: the trace)."""
+        return step_prompt(self.opening(role), self.steps if steps is None else steps, self.rules.delimiter)
+
+    async def write(self, role: str, steps: Sequence[StepRecord] | None = None, cap: int | None = None,
+                    **sampling: Any) -> GeneratedStep:
+        """One step by ``role``'s engine after ``steps`` (default: the trace); see :meth:`write_many`."""
+        (step,) = await self.write_many(role, [self.steps if steps is None else steps], cap, **sampling)
+        return step
+
+    async def write_many(self, role: str, bases: Sequence[Sequence[StepRecord]], cap: int | None = None,
+                         **sampling: Any) -> list[GeneratedStep]:
+        """One step by ``role``'s engine after each of ``bases`` (the trace, or the trace and
+        steps past it), in one batched call; each within ``cap`` tokens (default: what the
+        budget leaves after its base). ``sampling``: :func:`generate_steps`'s keywords."""
+        caps = [self.step_token_cap(b[len(self.steps):]) for b in bases] if cap is None else cap
+        return await generate_steps(self.engines[role], [self.prompt(role, b) for b in bases], self.rules, caps,
+                                    **sampling)
+
+    async def rewrite(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None) -> GeneratedStep:
+        """The target's step after ``steps`` (default: the trace) where ``verdict`` rejected the
+        draft's: after a token-level cut it keeps the drafted tokens before the cut and writes
+        on from there (greedy: its first token is its own top choice at the cut); otherwise
+        it writes the whole step."""
+        steps = self.steps if steps is None else steps
+        kept = verdict.cut.offset if verdict.cut is not None else 0
+        return await self.write("target", steps, max(1, self.step_token_cap(steps[len(self.steps):]) - kept),
+                                heads=[verdict.cut.kept_text if verdict.cut is not None else ""])
+
+    def keep(self, author: Author, step: GeneratedStep, **fields: Any) -> None:
+        """Add ``step``, written by ``author``, to the trace (``fields``: a verdict's)."""
+        self.add(written_step(len(self.steps), author, step, **fields), step.ends)
+
+    def candidate(self, drafted: GeneratedStep, previous: Sequence[StepRecord] | None = None,
+                  target_step: str | None = None) -> StepCandidate:
+        """What a judge sees of a step drafted after ``previous`` (default: the trace): its text
+        in context and, for a token-level verifier, the target's prompt it continues and its tokens."""
+        previous = self.steps if previous is None else previous
+        return StepCandidate(self.question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
+                             opening_messages=opening_messages(self.question), prefix=self.prompt("target", previous),
+                             draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
+                             draft_token_texts=drafted.token_texts)
+
+    def rating(self, text: str, previous: Sequence[StepRecord] = ()) -> StepCandidate:
+        """What a judge rates on its own (a search's candidate, a whole solution): ``text``
+        after ``previous``, without the prompt or tokens a token-level verifier reads."""
+        return StepCandidate(self.question, tuple(s.text for s in previous), text,
+                             opening_messages=opening_messages(self.question))
+
     def add(self, record: StepRecord, ends: str | None = None) -> None:
         """Append a step; ``ends`` is its GeneratedStep.ends ("trace", "thinking", "action" or None)."""
         self.steps.append(record)
         if ends == "action":
-            self.ended = "action"  # an agent's tool call: the agent runs it and continues the chat
+            self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat
         elif ends == "trace":
-            self.ended = "answer" if find_answer(record.text, self.rules) is not None else "eos"
+            self.ended = StopReason.ANSWER if find_answer(record.text, self.rules) is not None else StopReason.EOS
         elif ends == "thinking":
-            self.ended = "thinking"
+            self.ended = StopReason.THINKING
         if self.on_step is not None:
             self.on_step(record)
         n = self.budget.max_cut_steps
@@ -221,7 +258,11 @@ class TraceRun:
                 f"the step delimiter {self.rules.delimiter!r} never appeared: {n} steps in a row were cut at "
                 f"max_step_tokens={self.budget.max_step_tokens}. Set the delimiter to what this model writes "
                 f"between steps (e.g. '\\n'), or raise max_step_tokens / max_cut_steps",
-                self.finish("error", error="step delimiter never appeared"))
+                self.finish(StopReason.ERROR, error="step delimiter never appeared"))
+
+    def end(self, reason: StopReason) -> None:
+        """Stop the trace for ``reason`` unless a step already ended it (a search that chose its steps)."""
+        self.ended = self.ended or StopReason(reason)
 
     async def judge(self, judge: Judge, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         with self.clock:
@@ -229,40 +270,37 @@ class TraceRun:
         self.num_judge_calls += sum(v.num_judge_calls for v in verdicts)
         return verdicts
 
-    def stop_reason(self, ahead: Sequence[StepRecord] = ()) -> str | None:
-        """Why the trace should stop now, or None to write another step. "thinking":
-        the </think> block closed; the strategy has the answer written (write_answer).
+    # -- stopping --------------------------------------------------------------------
+
+    def stop_reason(self, ahead: Sequence[StepRecord] = ()) -> StopReason | None:
+        """Why the trace should stop now, or None to write another step. THINKING: the
+        </think> block closed; the driver has the answer written (:meth:`write_answer`).
         ``ahead``: steps drafted past the trace, judged as if they were already in it
         (that ends no trace by itself: a drafter stops at a step that ends one)."""
         if self.ended:
             return self.ended
         steps = [*self.steps, *ahead]
         if len(steps) >= 2 and steps[-1].complete and steps[-1].text.strip() == steps[-2].text.strip():
-            return "repetition"
+            return StopReason.REPETITION
         if len(steps) >= self.budget.max_steps:
-            return "max_steps"
+            return StopReason.MAX_STEPS
         if sum(s.num_tokens for s in steps) >= self.budget.max_tokens:
-            return "max_tokens"
+            return StopReason.MAX_TOKENS
         if self.budget.max_seconds is not None and time.perf_counter() - self._t0 >= self.budget.max_seconds:
-            return "timeout"
+            return StopReason.TIMEOUT
         return None
 
-    async def write_answer(self, author: str, opening: str) -> str:
-        """After ``</think>``: ``author``'s engine writes the final answer in one piece,
-        within the tokens left. Returns the trace's stop reason."""
-        remaining = max(1, self.budget.max_tokens - self.num_tokens)
-        (step,) = await generate_steps(self.engines[author], [step_prompt(opening, self.steps, self.rules.delimiter)],
-                                       self.rules, remaining, until_end=True)
+    async def write_answer(self, author: Author) -> StopReason:
+        """After ``</think>`` (or a router's "stop"): ``author``'s engine writes the final
+        answer in one piece, within the tokens left. Returns the trace's stop reason."""
+        step = await self.write(author, cap=max(1, self.budget.max_tokens - self.num_tokens), until_end=True)
         self.add(written_step(len(self.steps), author, step))
-        self.ended = "answer" if find_answer(step.text, self.rules) is not None else (
-            "eos" if step.complete else "max_tokens")
+        self.ended = (StopReason.ANSWER if find_answer(step.text, self.rules) is not None
+                      else StopReason.EOS if step.complete else StopReason.MAX_TOKENS)
         return self.ended
 
-    def finish(self, stop_reason: str, error: str | None = None, search: dict[str, Any] | None = None) -> Trace:
-        if self.governor is not None:
-            self._observe_decision()
-            self.governor.exit()
-            self.governor = None
+    def finish(self, stop_reason: StopReason, error: str | None = None, search: dict[str, Any] | None = None) -> Trace:
+        self.leave()
         steps = tuple(self.steps)
         return Trace(
             question=str(self.question),  # a Chat's task text; its messages are the agent's to keep

@@ -14,17 +14,29 @@ $2: 9 * 2 = 18." (38 tokens, 63 in all): the draft leads again from there.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
-from engine.protocol import Engine, EngineError
+from pydantic import Field, field_validator
+
+from engine.protocol import Engine
 from judges.base import Verdict
-from orchestrator.run import Budget, ReasoningError, TraceRun, judged_fields, written_step
-from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
-from orchestrator.steps import StepRules
-from orchestrator.trace import StepRecord, Trace
+from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.run import TraceRun, judged_fields
+from orchestrator.trace import Author, Trace
 
 DEFAULT_CUES = ("wait", "alternatively", "let me check", "let me verify", "hmm", "double-check", "but wait")
 _LEAD = " \t\n*#>-_`"
+
+
+class SpecThinkingOptions(StrategyOptions):
+    cues: tuple[str, ...] = Field(DEFAULT_CUES, description="a drafted step opening with one of these hands over "
+                                                            "to the target ('' matches every step)")
+    takeover_tokens: int = Field(128, ge=1, description="tokens the target writes before the draft leads again")
+
+    @field_validator("cues", mode="before")
+    @classmethod
+    def _one_cue(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
 
 
 def reflection_cue(step: str, cues: Sequence[str]) -> str | None:
@@ -42,38 +54,32 @@ def reflection_cue(step: str, cues: Sequence[str]) -> str | None:
     return None
 
 
-async def spec_thinking(question: str, *, draft: Engine, target: Engine, rules: StepRules = StepRules(),
-                        budget: Budget = Budget(), cues: Sequence[str] = DEFAULT_CUES, takeover_tokens: int = 128,
-                        on_step: Callable[[StepRecord], None] | None = None) -> Trace:
-    if takeover_tokens < 1:
-        raise ValueError(f"takeover_tokens must be >= 1, got {takeover_tokens}")
-    if isinstance(cues, str):
-        cues = (cues,)
-    run = TraceRun(question, "spec-thinking", rules, budget, {"draft": draft, "target": target}, on_step)
-    draft, target, d = run.engines["draft"], run.engines["target"], rules.delimiter
-    try:
-        draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
-        while (stop := run.stop_reason()) is None:
-            (drafted,) = await generate_steps(draft, [step_prompt(draft_opening, run.steps, d)], rules,
-                                              run.step_token_cap())
-            cue = reflection_cue(drafted.text, cues)
-            if cue is None:
-                run.add(written_step(len(run.steps), "draft", drafted, draft_text=drafted.text, accepted=True),
-                        drafted.ends)
-                continue
-            # Hand-over rule: the draft turned to reflect, so its step is dropped and
-            # the target writes whole steps from the same prefix until it has written
-            # takeover_tokens tokens; then the draft leads again.
-            handed = judged_fields(drafted, Verdict(f"cue:{cue}", accept=False))
-            num_written = 0
-            while num_written < takeover_tokens and run.stop_reason() is None:
-                (own,) = await generate_steps(target, [step_prompt(target_opening, run.steps, d)], rules,
-                                              run.step_token_cap())
-                run.add(written_step(len(run.steps), "target", own, **handed), own.ends)
-                num_written += own.num_tokens
-                handed = {}
-        if stop == "thinking":
-            stop = await run.write_answer("target", target_opening)
-    except EngineError as e:
-        raise ReasoningError(f"spec-thinking: {e}", run.finish("error", error=str(e))) from e
-    return run.finish(stop)
+class SpecThinking(Policy):
+    name = "spec-thinking"
+
+    def __init__(self, options: SpecThinkingOptions) -> None:
+        self.options = options
+
+    async def step(self, run: TraceRun) -> None:
+        drafted = await run.write("draft")
+        cue = reflection_cue(drafted.text, self.options.cues)
+        if cue is None:
+            run.keep(Author.DRAFT, drafted, draft_text=drafted.text, accepted=True)
+            return
+        # Hand-over rule: the draft turned to reflect, so its step is dropped and
+        # the target writes whole steps from the same prefix until it has written
+        # takeover_tokens tokens; then the draft leads again.
+        handed = judged_fields(drafted, Verdict(f"cue:{cue}", accept=False))
+        num_written = 0
+        while num_written < self.options.takeover_tokens and run.stop_reason() is None:
+            own = await run.write("target")
+            run.keep(Author.TARGET, own, **handed)
+            num_written += own.num_tokens
+            handed = {}
+
+
+async def spec_thinking(question: str, *, draft: Engine, target: Engine, **options: Any) -> Trace:
+    """``options``: :class:`SpecThinkingOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
+    shared, options = split_shared(options)
+    o = SpecThinkingOptions.parse("spec-thinking", options)
+    return await drive(SpecThinking(o), question, {"draft": draft, "target": target}, **shared)

@@ -32,60 +32,58 @@ target write the step when drafting does not pay (``backoff=True`` in its record
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any
 
-from engine.protocol import Engine, EngineError
+from pydantic import Field
+
+from engine.protocol import Engine
 from judges.base import Judge, JudgeError
+from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
-from orchestrator.prompts import opening_messages
-from orchestrator.run import (Budget, ReasoningError, TraceRun, draft_logprobs, drafted_candidate, judged_fields,
-                              rewrite_step, written_step)
-from orchestrator.stepgen import generate_steps, opening_prompt, step_prompt
-from orchestrator.steps import StepRules
-from orchestrator.trace import StepRecord, Trace
+from orchestrator.run import TraceRun, draft_logprobs, judged_fields
+from orchestrator.trace import Author, Trace
+
+
+class SpecReasonOptions(StrategyOptions):
+    first_target_steps: int = Field(2, ge=0, description="steps the target writes before the draft starts "
+                                                         "(the opening and the plan)")
+    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
+                                            "does not pay (goodput)")
+
+
+class SpecReason(Policy):
+    name = "specreason"
+
+    def __init__(self, judge: Judge, options: SpecReasonOptions) -> None:
+        if judge.needs_target_step:
+            raise JudgeError(
+                f"specreason cannot use judge '{judge.name}': it compares with the target's step, and "
+                "specreason asks the target only after a rejection; use 'score' or 'likelihood' (or the "
+                "'lookahead' strategy)")
+        self.judge, self.options = judge, options
+
+    async def step(self, run: TraceRun) -> None:
+        mode = run.decide()  # goodput: at this load, does drafting pay?
+        if len(run.steps) < self.options.first_target_steps or mode is StepMode.TARGET:
+            run.keep(Author.TARGET, await run.write("target"), backoff=mode is StepMode.TARGET)
+            return
+        drafted = await run.write("draft", logprobs=draft_logprobs(self.judge))
+        t0 = time.perf_counter()
+        (verdict,) = await run.judge(self.judge, [run.candidate(drafted)])
+        judged = judged_fields(drafted, verdict, time.perf_counter() - t0)
+        # Acceptance rule: a drafted step the judge accepts joins the trace as written;
+        # a rejected one is rewritten by the target from the same prefix, after the
+        # drafted tokens a token-level verifier kept before its cut (if it cut one).
+        if verdict.accept:
+            run.keep(Author.DRAFT, drafted, **judged)
+        else:
+            run.keep(Author.TARGET, await run.rewrite(verdict), **judged)
 
 
 async def specreason(question: str, *, draft: Engine, target: Engine, judge: Judge,
-                     rules: StepRules = StepRules(), budget: Budget = Budget(), first_target_steps: int = 2,
-                     backoff: bool = True, governor: GoodputGovernor | None = None,
-                     on_step: Callable[[StepRecord], None] | None = None) -> Trace:
-    if judge.needs_target_step:
-        raise JudgeError(
-            f"specreason cannot use judge '{judge.name}': it compares with the target's step, and "
-            "specreason asks the target only after a rejection; use 'score' or 'likelihood' (or the 'lookahead' "
-            "strategy)"
-        )
-    if first_target_steps < 0:
-        raise ValueError(f"first_target_steps must be >= 0, got {first_target_steps}")
-    governor = (governor or GoodputGovernor()) if backoff else None
-    run = TraceRun(question, "specreason", rules, budget, {"draft": draft, "target": target}, on_step, governor)
-    draft, target, d = run.engines["draft"], run.engines["target"], rules.delimiter
-    try:
-        draft_opening, target_opening = opening_prompt(draft, question), opening_prompt(target, question)
-        judge_opening = opening_messages(question)
-        while (stop := run.stop_reason()) is None:
-            cap, prompt = run.step_token_cap(), step_prompt(target_opening, run.steps, d)
-            mode = run.decide()  # goodput: at this load, does drafting pay?
-            if len(run.steps) < first_target_steps or mode is StepMode.TARGET:
-                (step,) = await generate_steps(target, [prompt], rules, cap)
-                run.add(written_step(len(run.steps), "target", step, backoff=mode is StepMode.TARGET), step.ends)
-                continue
-            (drafted,) = await generate_steps(draft, [step_prompt(draft_opening, run.steps, d)], rules, cap,
-                                              logprobs=draft_logprobs(judge))
-            t0 = time.perf_counter()
-            (verdict,) = await run.judge(judge, [drafted_candidate(question, run.steps, drafted, opening=judge_opening,
-                                                                   prefix=prompt)])
-            judged = judged_fields(drafted, verdict, time.perf_counter() - t0)
-            # Acceptance rule: a drafted step the judge accepts joins the trace as written;
-            # a rejected one is rewritten by the target from the same prefix, after the
-            # drafted tokens a token-level verifier kept before its cut (if it cut one).
-            if verdict.accept:
-                run.add(written_step(len(run.steps), "draft", drafted, **judged), drafted.ends)
-            else:
-                own = await rewrite_step(target, prompt, verdict, rules, cap)
-                run.add(written_step(len(run.steps), "target", own, **judged), own.ends)
-        if stop == "thinking":
-            stop = await run.write_answer("target", target_opening)
-    except EngineError as e:
-        raise ReasoningError(f"specreason: {e}", run.finish("error", error=str(e))) from e
-    return run.finish(stop)
+                     governor: GoodputGovernor | None = None, **options: Any) -> Trace:
+    """``options``: :class:`SpecReasonOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
+    shared, options = split_shared(options)
+    o = SpecReasonOptions.parse("specreason", options)
+    return await drive(SpecReason(judge, o), question, {"draft": draft, "target": target},
+                       governor=backoff_governor(o.backoff, governor), **shared)

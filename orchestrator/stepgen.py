@@ -52,11 +52,11 @@ def top_k_entropy(token: TokenLogprob) -> float:
     return -sum(p * math.log(p) for p in [*probs.values(), rest] if p > 0)
 
 
-def opening_prompt(engine: Engine, question: str) -> str:
+async def opening_prompt(engine: Engine, question: str) -> str:
     """The reasoning chat rendered by ``engine``'s template, up to the assistant's turn.
     Constant for a trace: render it once per engine, not once per step (through an
     OpenAI server without a local tokenizer a rendering costs three HTTP calls)."""
-    return engine.apply_chat_template(reasoning_messages(question))
+    return await engine.aapply_chat_template(reasoning_messages(question))
 
 
 def step_prompt(opening: str, steps: Sequence[StepRecord], delimiter: str) -> str:

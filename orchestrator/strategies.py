@@ -17,33 +17,38 @@ tree-target      the same search with the target proposing (baseline)   -     sc
 best-of-n        n drafted solutions, a vote, the target breaks ties    yes   score
 best-of-n-target n solutions the target samples, the same vote          -     score
 ================ ====================================================== ===== =======
+
+Each strategy module declares its options (a :class:`StrategyOptions` model: one
+default and constraint per field) and its step policy; :func:`orchestrator.driver.drive`
+runs the policy inside the shell every strategy shares (budgets, stop reasons,
+``</think>``, engine errors, the trace's stats).
 """
 
 from __future__ import annotations
 
-import difflib
-import inspect
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
-from orchestrator.arbitrage import arbitrage, arbitrage_oracle
-from orchestrator.baseline import draft_only, target_only
-from orchestrator.best_of_n import best_of_n, best_of_n_target
-from orchestrator.lookahead import lookahead
-from orchestrator.spec_thinking import spec_thinking
-from orchestrator.specreason import specreason
-from orchestrator.tree import tree, tree_target
+from common.names import did_you_mean
+from orchestrator.arbitrage import ArbitrageOptions, arbitrage, arbitrage_oracle
+from orchestrator.baseline import NoOptions, draft_only, target_only
+from orchestrator.best_of_n import BestOfNOptions, best_of_n, best_of_n_target
+from orchestrator.driver import StrategyError, StrategyOptions
+from orchestrator.lookahead import LookaheadOptions, lookahead
+from orchestrator.spec_thinking import SpecThinkingOptions, spec_thinking
+from orchestrator.specreason import SpecReasonOptions, specreason
 from orchestrator.trace import Trace
+from orchestrator.tree import TreeOptions, tree, tree_target
 
-
-class StrategyError(ValueError):
-    """An unknown strategy, or options it does not take."""
+__all__ = ["STRATEGIES", "Strategy", "StrategyError", "check_options", "get_strategy"]
 
 
 @dataclass(frozen=True)
 class Strategy:
     name: str
+    # run(question, *, target, draft, judge, router, governor, rules, budget, on_step, **options) -> Trace
     run: Callable[..., Awaitable[Trace]]
+    options_model: type[StrategyOptions]  # the strategy's own options: names, defaults, constraints
     needs_draft: bool
     default_judge: str | None  # None: the strategy takes no judge
     # Whether the target model writes or judges anything (draft-only: no, so no target engine starts).
@@ -56,43 +61,44 @@ class Strategy:
 
     @property
     def options(self) -> tuple[str, ...]:
-        """Keyword options of the strategy itself (not the shared question/engines/rules/budget)."""
-        shared = {"question", "draft", "target", "judge", "router", "rules", "budget", "on_step", "on_example",
-                  "problem_id", "proposer", "sampler", "governor"}
-        params = inspect.signature(self.run).parameters.values()
-        return tuple(p.name for p in params if p.name not in shared and p.kind is not p.VAR_KEYWORD)
+        """Names of the strategy's own options (not the shared question/engines/rules/budget)."""
+        return tuple(self.options_model.model_fields)
+
+    @property
+    def backs_off(self) -> bool:
+        """Whether it takes the goodput governor (option ``backoff``): one shared by a reasoner's problems."""
+        return "backoff" in self.options_model.model_fields
 
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("target-only", target_only, needs_draft=False, default_judge=None),
-        Strategy("draft-only", draft_only, needs_draft=True, default_judge=None, needs_target=False),
-        Strategy("specreason", specreason, needs_draft=True, default_judge="likelihood"),
-        Strategy("lookahead", lookahead, needs_draft=True, default_judge="cascade", judge_sees_target_step=True),
-        Strategy("spec-thinking", spec_thinking, needs_draft=True, default_judge=None),
-        Strategy("arbitrage", arbitrage, needs_draft=True, default_judge=None, needs_router=True),
-        Strategy("arbitrage-oracle", arbitrage_oracle, needs_draft=True, default_judge="score"),
-        Strategy("tree", tree, needs_draft=True, default_judge="score", queued_judge=True),
-        Strategy("tree-target", tree_target, needs_draft=False, default_judge="score", queued_judge=True),
-        Strategy("best-of-n", best_of_n, needs_draft=True, default_judge="score", queued_judge=True),
-        Strategy("best-of-n-target", best_of_n_target, needs_draft=False, default_judge="score", queued_judge=True),
+        Strategy("target-only", target_only, NoOptions, needs_draft=False, default_judge=None),
+        Strategy("draft-only", draft_only, NoOptions, needs_draft=True, default_judge=None, needs_target=False),
+        Strategy("specreason", specreason, SpecReasonOptions, needs_draft=True, default_judge="likelihood"),
+        Strategy("lookahead", lookahead, LookaheadOptions, needs_draft=True, default_judge="cascade",
+                 judge_sees_target_step=True),
+        Strategy("spec-thinking", spec_thinking, SpecThinkingOptions, needs_draft=True, default_judge=None),
+        Strategy("arbitrage", arbitrage, ArbitrageOptions, needs_draft=True, default_judge=None, needs_router=True),
+        Strategy("arbitrage-oracle", arbitrage_oracle, NoOptions, needs_draft=True, default_judge="score"),
+        Strategy("tree", tree, TreeOptions, needs_draft=True, default_judge="score", queued_judge=True),
+        Strategy("tree-target", tree_target, TreeOptions, needs_draft=False, default_judge="score",
+                 queued_judge=True),
+        Strategy("best-of-n", best_of_n, BestOfNOptions, needs_draft=True, default_judge="score", queued_judge=True),
+        Strategy("best-of-n-target", best_of_n_target, BestOfNOptions, needs_draft=False, default_judge="score",
+                 queued_judge=True),
     )
 }
 
 
 def get_strategy(name: str) -> Strategy:
     if name not in STRATEGIES:
-        close = difflib.get_close_matches(name, list(STRATEGIES), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise StrategyError(f"unknown strategy '{name}'.{hint} Strategies: {', '.join(STRATEGIES)}")
+        raise StrategyError(f"unknown strategy '{name}'.{did_you_mean(name, STRATEGIES)} "
+                            f"Strategies: {', '.join(STRATEGIES)}")
     return STRATEGIES[name]
 
 
-def check_options(strategy: Strategy, options: dict[str, Any]) -> None:
-    unknown = sorted(set(options) - set(strategy.options))
-    if unknown:
-        takes = ", ".join(strategy.options) or "no options"
-        close = difflib.get_close_matches(unknown[0], strategy.options, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise StrategyError(f"strategy '{strategy.name}' has no option {', '.join(unknown)}{hint}; it takes: {takes}")
+def check_options(strategy: Strategy, options: Mapping[str, Any]) -> StrategyOptions:
+    """``options`` validated by the strategy's model: an unknown name (with the closest one)
+    or a bad value (naming the option) is a :class:`StrategyError`."""
+    return strategy.options_model.parse(strategy.name, options)

@@ -9,7 +9,41 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class Author(StrEnum):
+    """Who wrote a step's final text (``StepRecord.author``)."""
+
+    DRAFT = "draft"  # the draft model: a drafted step kept whole (or a draft-only/search step)
+    TARGET = "target"  # the target: baselines, first steps, a rewrite after a rejection or a cut
+
+
+class StopReason(StrEnum):
+    """Why a trace stopped (``Trace.stop_reason``); result files hold the same strings."""
+
+    ANSWER = "answer"  # a step ended the trace (EOS or a closed \boxed{}) and the text has an answer
+    EOS = "eos"  # a step ended the trace, and no answer is found in the text
+    # The </think> block closed: the driver has the answer written after it, so a finished
+    # trace stops for that answer's reason instead (a step state, never a final one today).
+    THINKING = "thinking"
+    ACTION = "action"  # a step holds a tool call (StepRules.action_pattern): the agent runs it
+    MAX_STEPS = "max_steps"  # Budget.max_steps steps written
+    MAX_TOKENS = "max_tokens"  # Budget.max_tokens tokens of text (a search: its chosen branch)
+    TIMEOUT = "timeout"  # Budget.max_seconds passed
+    REPETITION = "repetition"  # the same complete step twice in a row
+    ERROR = "error"  # an engine failed or the delimiter never appeared (Trace.error says which)
+    MAX_DEPTH = "max_depth"  # tree: max_depth searched with branches still open (the best open one is kept)
+    TOKEN_BUDGET = "token_budget"  # tree: the whole tree generated its token_budget (the best open one is kept)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One author's share of a step: the tokens it wrote and the seconds it took."""
+
+    num_tokens: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -18,10 +52,13 @@ class StepRecord:
 
     ``author`` is "draft" (a drafted step that was accepted) or "target" (the
     target wrote it: baseline, first steps, or a regeneration after rejection).
+    Each author's counters are fields of their own (``num_draft_tokens``,
+    ``draft_seconds``; ``num_target_tokens``, ``target_seconds``): :meth:`written`
+    fills the author's from a :class:`Work`, :meth:`work` reads them back.
     """
 
     index: int
-    author: str
+    author: Author
     text: str
     draft_text: str | None = None  # the drafted step that was judged (None: none drafted)
     accepted: bool | None = None  # the judge's verdict on the draft (None: not judged)
@@ -46,11 +83,29 @@ class StepRecord:
     judge_seconds: float = 0.0  # judge or router
     target_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "author", Author(self.author))
+
+    @classmethod
+    def written(cls, index: int, author: Author, text: str, work: Work, **fields: Any) -> "StepRecord":
+        """The record of a step ``author`` wrote: ``work`` goes to that author's counters;
+        ``fields`` (a verdict's, the drafted step's own counters) are set as given."""
+        author = Author(author)
+        counters = (dict(num_draft_tokens=work.num_tokens, draft_seconds=work.seconds) if author is Author.DRAFT
+                    else dict(num_target_tokens=work.num_tokens, target_seconds=work.seconds))
+        return cls(index, author, text, **{**counters, **fields})
+
+    def work(self, author: Author) -> Work:
+        """What ``author`` did for this step (kept or not)."""
+        if Author(author) is Author.DRAFT:
+            return Work(self.num_draft_tokens, self.draft_seconds)
+        return Work(self.num_target_tokens, self.target_seconds)
+
     @property
     def num_tokens(self) -> int:
         """Tokens of this step's final text: the draft's if it was kept whole, else the
         target's plus the drafted tokens kept before a cut."""
-        return self.num_draft_tokens if self.author == "draft" else self.num_target_tokens + self.num_kept_tokens
+        return self.num_draft_tokens if self.author is Author.DRAFT else self.num_target_tokens + self.num_kept_tokens
 
 
 @dataclass(frozen=True)
@@ -59,7 +114,7 @@ class Trace:
     strategy: str
     steps: tuple[StepRecord, ...]
     answer: str | None
-    stop_reason: str  # "answer", "eos", "max_steps", "max_tokens", "timeout", "repetition", "error"
+    stop_reason: StopReason
     seconds: float
     # Per engine role ("draft", "target"): this trace's token-level speculation
     # counters (vLLM's, summed per request), generation calls, and every token the
@@ -76,6 +131,9 @@ class Trace:
     # Search strategies (tree, best-of-n): what was explored beside the chosen steps
     # (the tree as node-link data, the samples and their votes, the judge queue's stats).
     search: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_reason", StopReason(self.stop_reason))
 
     @property
     def text(self) -> str:
@@ -111,7 +169,7 @@ class Trace:
     @property
     def num_kept_draft_tokens(self) -> int:
         """Drafted tokens in the trace's text: whole accepted steps plus prefixes kept before cuts."""
-        return sum(s.num_draft_tokens if s.author == "draft" else s.num_kept_tokens for s in self.steps)
+        return sum(s.num_draft_tokens if s.author is Author.DRAFT else s.num_kept_tokens for s in self.steps)
 
     @property
     def num_backoff_steps(self) -> int:
@@ -160,10 +218,13 @@ class Trace:
         }
 
     def to_json(self) -> str:
+        """The trace as JSON: enums as their strings, every field under its own name."""
         return json.dumps(asdict(self), indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> "Trace":
+        """A trace from :meth:`to_json`'s text, or from an older file: fields it lacks
+        (``search``, ``model_seconds``, a step's ``cut``, ...) take their defaults."""
         data = json.loads(text)
         data["steps"] = tuple(StepRecord(**s) for s in data["steps"])
         return cls(**data)

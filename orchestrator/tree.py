@@ -29,16 +29,27 @@ beam keeps the best two paths by mean score: 8.1->8.4 (8.25) and 7.7->8.8 (8.25)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from engine.protocol import Engine, EngineError
-from judges.base import Judge, JudgeError, StepCandidate, Verdict
-from orchestrator.prompts import opening_messages
-from orchestrator.run import Budget, ReasoningError, TraceRun
-from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
-from orchestrator.steps import StepRules
-from orchestrator.trace import StepRecord, Trace
+from pydantic import Field
+
+from engine.protocol import Engine
+from judges.base import Judge, JudgeError, Verdict
+from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.run import TraceRun
+from orchestrator.stepgen import GeneratedStep
+from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 from orchestrator.verify_queue import JudgeQueue
+
+
+class TreeOptions(StrategyOptions):
+    k: int = Field(3, ge=1, description="candidate steps sampled per open branch")
+    beam: int = Field(2, ge=1, description="branches that go on at each depth")
+    max_depth: int = Field(12, ge=1)
+    temperature: float = Field(0.8, ge=0)
+    seed: int = 0
+    token_budget: int | None = Field(None, ge=1, description="tokens the whole tree may generate "
+                                                             "(None: budget.max_tokens * k * beam)")
 
 
 @dataclass
@@ -57,124 +68,128 @@ class Branch:
         return sum(s.num_tokens for s in self.steps)
 
 
-def _record(index: int, author: str, step: GeneratedStep, verdict: Verdict) -> StepRecord:
-    tokens = {f"num_{author}_tokens": step.num_tokens, f"{author}_seconds": step.seconds}
-    return StepRecord(index, author, step.text, draft_text=step.text if author == "draft" else None,
-                      accepted=verdict.accept, score=verdict.score, judge=verdict.judge, complete=step.complete,
-                      **tokens)
+class SearchTree:
+    """Everything the search wrote, as a networkx graph: node 0 the question, a node per
+    step (author, text, score, tokens, time, depth, in the beam, on the chosen path)."""
 
+    def __init__(self, question: str) -> None:
+        import networkx as nx
 
-async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
-               rules: StepRules = StepRules(), budget: Budget = Budget(), k: int = 3, beam: int = 2,
-               max_depth: int = 12, temperature: float = 0.8, seed: int = 0, token_budget: int | None = None,
-               proposer: str = "draft", on_step: Callable[[StepRecord], None] | None = None) -> Trace:
-    import networkx as nx
+        self.graph = nx.DiGraph()
+        self.graph.add_node(0, author="question", text=str(question), depth=0)
 
-    if k < 1 or beam < 1 or max_depth < 1:
-        raise ValueError(f"tree search needs k >= 1, beam >= 1 and max_depth >= 1 (got {k}, {beam}, {max_depth})")
-    if proposer not in ("draft", "target"):
-        raise ValueError(f"proposer must be 'draft' or 'target', got {proposer!r}")
-    if judge.needs_target_step:
-        raise JudgeError(f"tree search rates each candidate on its own; judge '{judge.name}' compares two steps: "
-                         "use 'score'")
-    if proposer == "draft" and draft is None:
-        raise ValueError("tree search with proposer 'draft' needs a draft engine")
-    queue = judge if isinstance(judge, JudgeQueue) else JudgeQueue(judge)
-    engines = {"target": target, **({"draft": draft} if draft is not None else {})}
-    run = TraceRun(question, "tree" if proposer == "draft" else "tree-target", rules, budget, engines, on_step)
-    propose, target = run.engines[proposer], run.engines["target"]
-    token_budget = token_budget or budget.max_tokens * k * beam
-    graph = nx.DiGraph()
-    graph.add_node(0, author="question", text=str(question), depth=0)
-    d = rules.delimiter
-    num_tokens = 0
-    stop = "max_depth"
-    finished: list[Branch] = []
-    open_: list[Branch] = [Branch()]
-
-    def grow(parent: Branch, author: str, step: GeneratedStep, verdict: Verdict, depth: int) -> Branch:
-        node = graph.number_of_nodes()
-        graph.add_node(node, author=author, text=step.text, score=verdict.score, accepted=verdict.accept,
-                       num_tokens=step.num_tokens, seconds=step.seconds, depth=depth, beam=False, chosen=False)
-        graph.add_edge(parent.nodes[-1] if parent.nodes else 0, node)
-        record = _record(len(parent.steps), author, step, verdict)
+    def grow(self, parent: Branch, author: Author, step: GeneratedStep, verdict: Verdict, depth: int) -> Branch:
+        node = self.graph.number_of_nodes()
+        self.graph.add_node(node, author=author.value, text=step.text, score=verdict.score, accepted=verdict.accept,
+                            num_tokens=step.num_tokens, seconds=step.seconds, depth=depth, beam=False, chosen=False)
+        self.graph.add_edge(parent.nodes[-1] if parent.nodes else 0, node)
+        record = StepRecord.written(len(parent.steps), author, step.text, Work(step.num_tokens, step.seconds),
+                                    draft_text=step.text if author is Author.DRAFT else None, accepted=verdict.accept,
+                                    score=verdict.score, judge=verdict.judge, complete=step.complete)
         return Branch(parent.nodes + [node], parent.steps + [record],
                       parent.scores + [verdict.score if verdict.score is not None else 0.0], step.ends)
 
-    try:
-        openings = {role: opening_prompt(e, question) for role, e in run.engines.items()}
-        judge_opening = opening_messages(question)
+    def mark(self, branch: Branch, flag: str, last_only: bool = False) -> None:
+        for node in branch.nodes[-1:] if last_only else branch.nodes:
+            self.graph.nodes[node][flag] = True
 
-        def candidate(b: Branch, text: str) -> StepCandidate:
-            return StepCandidate(question, tuple(s.text for s in b.steps), text, opening_messages=judge_opening)
+    def to_dict(self) -> dict[str, Any]:
+        import networkx as nx
 
-        for depth in range(1, max_depth + 1):
-            # 1. k samples per open branch, one batched call
-            owners = [b for b in open_ for _ in range(k)]
-            caps = [max(1, min(budget.max_step_tokens, budget.max_tokens - b.num_tokens)) for b in owners]
-            seeds = [seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
-            proposals = await generate_steps(propose, [step_prompt(openings[proposer], b.steps, d) for b in owners],
-                                             rules, caps, temperature=temperature, seed=seeds)
-            num_tokens += sum(p.num_tokens for p in proposals)
-            # 2. every candidate of every branch judged in one batch (the queue batches across problems too)
-            verdicts = await run.judge(queue, [candidate(b, p.text) for b, p in zip(owners, proposals)])
-            children: list[Branch] = []
-            poor: list[Branch] = []
-            for i, b in enumerate(open_):
-                mine = list(zip(proposals[i * k:(i + 1) * k], verdicts[i * k:(i + 1) * k]))
-                if not any(v.accept for _, v in mine) and proposer == "draft":
-                    poor.append(b)
-                    continue
-                seen: set[str] = set()
-                for step, v in mine:
-                    if step.text.strip() in seen:  # a repeated sample is one child
-                        continue
-                    seen.add(step.text.strip())
-                    children.append(grow(b, proposer, step, v, depth))
-            # 3. the target writes a step for branches whose candidates were all poor
-            if poor:
-                caps = [max(1, min(budget.max_step_tokens, budget.max_tokens - b.num_tokens)) for b in poor]
-                own = await generate_steps(target, [step_prompt(openings["target"], b.steps, d) for b in poor],
-                                           rules, caps)
-                num_tokens += sum(s.num_tokens for s in own)
-                own_verdicts = await run.judge(queue, [candidate(b, s.text) for b, s in zip(poor, own)])
-                children += [grow(b, "target", s, v, depth) for b, s, v in zip(poor, own, own_verdicts)]
-            # 4. finished children aside; the beam best of the rest continue
-            done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= budget.max_tokens]
+        return nx.node_link_data(self.graph, edges="edges")
+
+
+class TreeSearch(Policy):
+    """The search; its one step keeps the chosen branch's steps and ends the trace."""
+
+    def __init__(self, judge: Judge, options: TreeOptions, proposer: Author) -> None:
+        if judge.needs_target_step:
+            raise JudgeError(f"tree search rates each candidate on its own; judge '{judge.name}' compares two "
+                             "steps: use 'score'")
+        self.name = "tree" if proposer is Author.DRAFT else "tree-target"
+        self.options, self.proposer = options, proposer
+        self.queue = judge if isinstance(judge, JudgeQueue) else JudgeQueue(judge)
+        self.tree, self.token_budget, self.num_tokens, self.num_finished = None, options.token_budget, 0, 0
+
+    async def step(self, run: TraceRun) -> None:
+        o, max_tokens = self.options, run.budget.max_tokens
+        self.token_budget = o.token_budget or max_tokens * o.k * o.beam
+        self.tree = SearchTree(run.question)
+        finished, open_, stop = [], [Branch()], StopReason.MAX_DEPTH
+        for depth in range(1, o.max_depth + 1):
+            children = await self.expand(run, open_, depth)
+            self.num_tokens = sum(e.num_generated_tokens for e in run.engines.values())  # the whole tree's
+            # Beam rule: a child that ends the trace (or spends its tokens) is finished and
+            # kept aside; of the rest, the beam best by mean step score go on. The answer
+            # is the best-scored finished branch, else the best open one.
+            done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= max_tokens]
             finished += done
-            open_ = sorted((c for c in children if c not in done), key=lambda c: c.score, reverse=True)[:beam]
+            open_ = sorted((c for c in children if c not in done), key=lambda c: c.score, reverse=True)[:o.beam]
             for b in open_:
-                graph.nodes[b.nodes[-1]]["beam"] = True
+                self.tree.mark(b, "beam", last_only=True)
             if not open_:
-                stop = "searched"
                 break
-            if num_tokens >= token_budget:
-                stop = "token_budget"
+            if self.num_tokens >= self.token_budget:
+                stop = StopReason.TOKEN_BUDGET
                 break
+        self.num_finished = len(finished)
         best = max(finished or open_, key=lambda b: b.score)
-        for node in best.nodes:
-            graph.nodes[node]["chosen"] = True
+        self.tree.mark(best, "chosen")
         for i, record in enumerate(best.steps):
             run.add(record, best.ends if i == len(best.steps) - 1 else None)
-        if best in finished:
-            stop = run.ended or ("max_tokens" if best.num_tokens >= budget.max_tokens else stop)
-    except EngineError as e:
-        raise ReasoningError(f"tree: {e}", run.finish("error", error=str(e))) from e
-    search = {"tree": nx.node_link_data(graph, edges="edges"), "num_finished": len(finished),
-              "num_tree_tokens": num_tokens, "queue": queue.stats.to_dict(),
-              "options": {"k": k, "beam": beam, "max_depth": max_depth, "temperature": temperature,
-                          "proposer": proposer, "token_budget": token_budget}}
-    return run.finish(stop, search=search)
+        run.end(StopReason.MAX_TOKENS if best in finished else stop)  # unless its last step ended it
+
+    async def expand(self, run: TraceRun, open_: list[Branch], depth: int) -> list[Branch]:
+        """Every open branch's children: k proposals each (one batched call), all judged in one
+        batch (one queue for all problems); the target writes one child where all of a
+        branch's proposals are poor."""
+        o, tree = self.options, self.tree
+        owners = [b for b in open_ for _ in range(o.k)]
+        seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
+        proposals = await run.write_many(self.proposer, [b.steps for b in owners], temperature=o.temperature,
+                                         seed=seeds)
+        verdicts = await run.judge(self.queue, [run.rating(p.text, b.steps) for b, p in zip(owners, proposals)])
+        children: list[Branch] = []
+        poor: list[Branch] = []
+        for i, b in enumerate(open_):
+            mine = list(zip(proposals[i * o.k:(i + 1) * o.k], verdicts[i * o.k:(i + 1) * o.k]))
+            if not any(v.accept for _, v in mine) and self.proposer is Author.DRAFT:
+                poor.append(b)
+                continue
+            distinct: dict[str, tuple[GeneratedStep, Verdict]] = {}
+            for step, v in mine:
+                distinct.setdefault(step.text.strip(), (step, v))  # a repeated sample is one child
+            children += [tree.grow(b, self.proposer, step, v, depth) for step, v in distinct.values()]
+        if poor:
+            own = await run.write_many(Author.TARGET, [b.steps for b in poor])
+            own_verdicts = await run.judge(self.queue, [run.rating(s.text, b.steps) for b, s in zip(poor, own)])
+            children += [tree.grow(b, Author.TARGET, s, v, depth) for b, s, v in zip(poor, own, own_verdicts)]
+        return children
+
+    def search(self) -> dict[str, Any]:
+        options = self.options.model_dump(include={"k", "beam", "max_depth", "temperature"})
+        return {"tree": self.tree.to_dict(), "num_finished": self.num_finished, "num_tree_tokens": self.num_tokens,
+                "queue": self.queue.stats.to_dict(),
+                "options": {**options, "proposer": self.proposer.value, "token_budget": self.token_budget}}
 
 
-async def tree_target(question: str, *, target: Engine, judge: Judge, rules: StepRules = StepRules(),
-                      budget: Budget = Budget(), k: int = 3, beam: int = 2, max_depth: int = 12,
-                      temperature: float = 0.8, seed: int = 0, token_budget: int | None = None,
-                      on_step: Callable[[StepRecord], None] | None = None) -> Trace:
+async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
+               proposer: str = "draft", **options: Any) -> Trace:
+    """``options``: :class:`TreeOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
+    ``proposer``: who samples the candidates ("target": the ``tree-target`` baseline)."""
+    if proposer not in ("draft", "target"):
+        raise ValueError(f"proposer must be 'draft' or 'target', got {proposer!r}")
+    if proposer == "draft" and draft is None:
+        raise ValueError("tree search with proposer 'draft' needs a draft engine")
+    shared, options = split_shared(options)
+    name = "tree" if proposer == "draft" else "tree-target"
+    policy = TreeSearch(judge, TreeOptions.parse(name, options), Author(proposer))
+    return await drive(policy, question, {"target": target, "draft": draft}, **shared)
+
+
+async def tree_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:
     """The baseline: the same beam search with the target proposing every candidate."""
-    return await tree(question, target=target, judge=judge, rules=rules, budget=budget, k=k, beam=beam,
-                      max_depth=max_depth, temperature=temperature, seed=seed, token_budget=token_budget,
-                      proposer="target", on_step=on_step)
+    return await tree(question, target=target, judge=judge, proposer="target", **options)
 
 
 def load_tree(trace: Trace) -> Any:

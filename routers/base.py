@@ -29,7 +29,9 @@ the target (action ``target``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
+
+from common.options import Options
 
 KEEP, TARGET, STOP = "keep", "target", "stop"
 ACTIONS = (KEEP, TARGET, STOP)
@@ -37,6 +39,13 @@ ACTIONS = (KEEP, TARGET, STOP)
 
 class RouterError(ValueError):
     """A router file or option is unusable; the message names the problem and the fix."""
+
+
+class RouterOptions(Options):
+    """Base of each router's options model: frozen, unknown options refused, a mistake
+    raised as :class:`RouterError`."""
+
+    error: ClassVar[type[Exception]] = RouterError
 
 
 @dataclass(frozen=True)

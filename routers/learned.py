@@ -17,13 +17,25 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
-from routers.base import KEEP, TARGET, Decision, RouterError, RoutingState
+from pydantic import Field
+
+from common.files import atomic_write
+from routers.base import KEEP, TARGET, Decision, RouterError, RouterOptions, RoutingState
 from routers.features import FEATURE_VERSION, FeatureSet, featurize
 
 FORMAT = "stepspec-router"
 FORMAT_VERSION = 1
+
+
+class LearnedOptions(RouterOptions):
+    """What may be set when a router file is loaded (the rest is the trained file)."""
+
+    owner: ClassVar[str] = "router 'learned'"
+
+    tau: float | None = Field(None, ge=0, le=1, description="a step goes to the target when p_target >= tau; "
+                              "None: the tau the file was saved with")
 
 
 def build_net(num_features: int, hidden: int):
@@ -41,8 +53,7 @@ class LearnedRouter:
 
     def __init__(self, net: Any, mean: Any, std: Any, feature_set: FeatureSet, tau: float, hidden: int,
                  metadata: dict[str, Any] | None = None) -> None:
-        if not 0 <= tau <= 1:
-            raise RouterError(f"learned router: tau must be within 0..1, got {tau}")
+        LearnedOptions.build(tau=tau)  # tau's range is declared there, once
         self.net = net.eval()
         self.mean, self.std = mean, std
         self.feature_set = feature_set
@@ -78,14 +89,14 @@ class LearnedRouter:
             "feature_names": list(self.feature_set.names), "hidden": self.hidden, "tau": float(self.tau),
             "mean": self.mean, "std": self.std, "state_dict": self.net.state_dict(), "metadata": self.metadata,
         }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
-        tmp.replace(path)
+        atomic_write(path, lambda tmp: torch.save(payload, tmp))
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, tau: float | None = None) -> "LearnedRouter":
-        """A router file; ``tau`` overrides the one it was saved with."""
+    def load(cls, path: str | os.PathLike, options: LearnedOptions | None = None, **overrides: Any) -> "LearnedRouter":
+        """A router file; ``options`` (or keywords validated through :class:`LearnedOptions`:
+        ``tau``) override what it was saved with."""
+        options = LearnedOptions.build(options, **overrides)
         import torch
 
         path = Path(path)
@@ -112,5 +123,5 @@ class LearnedRouter:
                               "the file is damaged or was edited: retrain it")
         net = build_net(len(feature_set.names), payload["hidden"])
         net.load_state_dict(payload["state_dict"])
-        return cls(net, payload["mean"], payload["std"], feature_set, payload["tau"] if tau is None else tau,
-                   payload["hidden"], payload["metadata"])
+        tau = payload["tau"] if options.tau is None else options.tau
+        return cls(net, payload["mean"], payload["std"], feature_set, tau, payload["hidden"], payload["metadata"])

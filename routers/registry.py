@@ -1,15 +1,39 @@
-"""Routers by name or file: ``threshold``, or the path of a trained router file."""
+"""Routers by name or file: ``threshold``, or the path of a trained router file.
+
+Each maps to its options model (every option with its one default) and a builder;
+:func:`router_options_model` lets an entry point check options without building
+the router (a router file is not read).
+"""
 
 from __future__ import annotations
 
-import difflib
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from routers.base import Router, RouterError
-from routers.threshold import ThresholdRouter
+from common.names import did_you_mean
+from routers.base import Router, RouterError, RouterOptions
+from routers.learned import LearnedOptions, LearnedRouter
+from routers.threshold import ThresholdOptions, ThresholdRouter
+
+# Routers by name: (options model, builder from validated options).
+ROUTERS: dict[str, tuple[type[RouterOptions], Callable[[Any], Router]]] = {
+    "threshold": (ThresholdOptions, ThresholdRouter),
+}
+
+
+def _is_router_file(spec: str) -> bool:
+    return spec.endswith((".pt", ".router")) or "/" in spec or Path(spec).exists()
+
+
+def router_options_model(spec: str) -> type[RouterOptions]:
+    """The options model of router ``spec`` (a name, or a router file's path)."""
+    if spec in ROUTERS:
+        return ROUTERS[spec][0]
+    if _is_router_file(spec):
+        return LearnedOptions
+    raise RouterError(f"unknown router '{spec}'.{did_you_mean(spec, ROUTERS)} Give 'threshold' or the path of a "
+                      "router file (train one with `stepspec router train`)")
 
 
 def make_router(spec: str | Router, **options: Any) -> Router:
@@ -21,28 +45,7 @@ def make_router(spec: str | Router, **options: Any) -> Router:
         if not isinstance(spec, Router):
             raise RouterError(f"{spec!r} is not a router: it needs a name and an async route(states) method")
         return spec
-    try:
-        if spec == "threshold":
-            _check_options(spec, options, ThresholdRouter)
-            return ThresholdRouter(**options)
-        if spec.endswith((".pt", ".router")) or Path(spec).exists() or "/" in spec:
-            from routers.learned import LearnedRouter
-
-            _check_options(spec, options, LearnedRouter.load)
-            return LearnedRouter.load(spec, **options)
-    except TypeError as e:
-        raise RouterError(f"router '{spec}': bad option: {e}") from e
-    close = difflib.get_close_matches(spec, ["threshold"], n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    raise RouterError(f"unknown router '{spec}'.{hint} Give 'threshold' or the path of a router file "
-                      "(train one with `stepspec router train`)")
-
-
-def _check_options(spec: str, options: dict[str, Any], build: Callable[..., Router]) -> None:
-    """Every option is a keyword of ``build`` (the router's constructor or loader)."""
-    valid = [p for p in inspect.signature(build).parameters if p != "path"]
-    unknown = [o for o in options if o not in valid]
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise RouterError(f"router '{spec}' has no option '{unknown[0]}'.{hint} Its options: {', '.join(valid)}")
+    validated = router_options_model(spec).parse(options, owner=f"router '{spec}'")
+    if spec in ROUTERS:
+        return ROUTERS[spec][1](validated)
+    return LearnedRouter.load(spec, validated)

@@ -14,32 +14,40 @@ with ``"min"`` its confidence is 0.3: routed to the target.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import ClassVar, Literal, Sequence
 
-from routers.base import KEEP, TARGET, Decision, RouterError, RoutingState
+from pydantic import Field
+
+from common.options import Configured
+from routers.base import KEEP, TARGET, Decision, RouterError, RouterOptions, RoutingState
 
 
-class ThresholdRouter:
+class ThresholdOptions(RouterOptions):
+    owner: ClassVar[str] = "router 'threshold'"
+
+    min_confidence: float = Field(0.6, ge=0, le=1, description="a step the draft wrote with confidence below "
+                                  "this goes to the target")
+    statistic: Literal["mean", "min"] = Field("mean", description="the draft's confidence in its step: 'mean' "
+                                              "(geometric-mean token probability) or 'min' (its least likely token's)")
+
+
+class ThresholdRouter(Configured):
     name = "threshold"
 
-    def __init__(self, min_confidence: float = 0.6, statistic: str = "mean") -> None:
-        if not 0 <= min_confidence <= 1:
-            raise RouterError(f"threshold router: min_confidence must be within 0..1, got {min_confidence}")
-        if statistic not in ("mean", "min"):
-            raise RouterError(f"threshold router: unknown statistic '{statistic}'; choose 'mean' or 'min'")
-        self.min_confidence = min_confidence
-        self.statistic = statistic
+    def __init__(self, options: ThresholdOptions | None = None, **overrides) -> None:
+        """``options``, or keywords (``min_confidence=0.5``) validated through :class:`ThresholdOptions`."""
+        self.options = ThresholdOptions.build(options, **overrides)
 
     def confidence(self, state: RoutingState) -> float:
         lps = state.token_logprobs
         if not lps:
             raise RouterError("threshold router: the drafted step came without token logprobs; the strategy "
                               "must generate the draft's steps with logprobs (arbitrage does)")
-        return math.exp(sum(lps) / len(lps) if self.statistic == "mean" else min(lps))
+        return math.exp(sum(lps) / len(lps) if self.options.statistic == "mean" else min(lps))
 
     async def route(self, states: Sequence[RoutingState]) -> list[Decision]:
         out = []
         for s in states:
             c = self.confidence(s)
-            out.append(Decision(TARGET if c < self.min_confidence else KEEP, 1.0 - c, self.name))
+            out.append(Decision(TARGET if c < self.options.min_confidence else KEEP, 1.0 - c, self.name))
         return out

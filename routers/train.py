@@ -26,7 +26,6 @@ Tau is chosen on the held-out side for the user's goal:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from common.files import JsonlError, read_jsonl
 from routers.base import RouterError, RoutingExample
 from routers.features import FeatureSet, featurize
 from routers.learned import LearnedRouter, build_net
@@ -46,21 +46,12 @@ def read_examples(path: str | os.PathLike) -> tuple[list[RoutingExample], int]:
     path = Path(path)
     if not path.is_file():
         raise RouterError(f"{path} does not exist; collect steps first with `stepspec router collect`")
-    lines = path.read_text().splitlines()
-    by_key: dict[tuple[str, int], RoutingExample] = {}
-    dropped = 0
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            ex = RoutingExample.from_dict(json.loads(line))
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError) as e:
-            if n == len(lines):  # cut off mid-write when a collection was killed
-                dropped += 1
-                continue
-            raise RouterError(f"{path}:{n}: malformed example ({e}); remove the line or collect again") from e
-        by_key[(ex.problem_id, ex.state.position)] = ex
-    return list(by_key.values()), dropped
+    try:
+        read = read_jsonl(path, RoutingExample.from_dict)  # a last line cut off when a collection was killed
+    except JsonlError as e:
+        raise RouterError(f"{e.path}:{e.lineno}: malformed example ({e.cause}); remove the line or collect again") from e
+    by_key = {(ex.problem_id, ex.state.position): ex for ex in read.records}
+    return list(by_key.values()), int(read.torn_line is not None)
 
 
 def labels(examples: Sequence[RoutingExample], margin: float) -> list[int]:

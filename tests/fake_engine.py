@@ -134,6 +134,13 @@ class ScriptedEngine:
             return text
         return text + ("\n<|assistant|>" if add_generation_prompt else "")
 
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False) -> str:
+        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)
+
+    async def acount_tokens(self, text: str) -> int:
+        return self.count_tokens(text)
+
     def stats(self) -> EngineStats:
         return self._stats.snapshot()
 

@@ -317,14 +317,14 @@ def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_
     target, draft = slow_engines()
     built = {}
 
-    def fake_build(*args, **kwargs):  # what run_bench asks of the vLLM engines
-        built.update(kwargs)
-        return target, draft
+    def fake_build(configs, **kwargs):  # what run_bench asks of the vLLM engines
+        built.update(configs)
+        return {"target": target, "draft": draft}
 
     monkeypatch.setattr(bench, "build_engines", fake_build)
     data = write_problems(tmp_path / "add.jsonl", 6)
     results = asyncio.run(run_bench(arm_spec(data, modes=("throughput",), max_num_seqs=4), tmp_path / "run"))
-    assert built["max_num_seqs"] == 6  # raised to the number of problems served at once
+    assert built["target"].max_num_seqs == built["draft"].max_num_seqs == 6  # raised to the problems at once
     assert results["status"] == "complete" and results["results"] == {}
     assert target.max_in_flight > 1  # the problems were in flight together
     assert target.num_resets == draft.num_resets == len(ARMS)  # caches reset before each arm
@@ -480,9 +480,9 @@ def test_report_of_a_committed_run_rebuilds(tmp_path):
     assert all((run / p).stat().st_size > 1000 for p in PLOTS)
 
 
-def test_build_engines_passes_max_num_seqs_to_both_engines(tmp_path, monkeypatch):
+def test_build_engine_passes_the_engine_settings_to_vllm(tmp_path, monkeypatch):
     import engine.vllm_backend as backend
-    from orchestrator.reasoner import build_engines
+    from engine.config import EnginePair, build_engine
 
     made = []
 
@@ -492,11 +492,15 @@ def test_build_engines_passes_max_num_seqs_to_both_engines(tmp_path, monkeypatch
 
     monkeypatch.setattr(backend, "VLLMEngine", Recorder)
     (tmp_path / "config.json").write_text("{}")  # a model folder, as far as resolving its path goes
-    build_engines(str(tmp_path), str(tmp_path), max_num_seqs=100)
+    for config in EnginePair(target=str(tmp_path), draft=str(tmp_path), max_num_seqs=100).engines():
+        build_engine("m", config)
     assert [k["max_num_seqs"] for k in made] == [100, 100]
+    assert made[0]["speculative_config"] == {"model": str(tmp_path), "num_speculative_tokens": 3}  # the pair's default
+    assert made[1]["speculative_config"] is None
     made.clear()
-    build_engines(str(tmp_path), str(tmp_path))
-    assert [k["max_num_seqs"] for k in made] == [32, 32]
+    for config in EnginePair(target=str(tmp_path), draft=str(tmp_path), target_spec="none").engines():
+        build_engine("m", config)
+    assert [(k["max_num_seqs"], k["speculative_config"]) for k in made] == [(32, None), (32, None)]
 
 
 @pytest.mark.vllm

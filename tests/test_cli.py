@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from orchestrator.reasoner import _NotLoaded
 from workflows.eval.datasets import DatasetError, load_problems
 
 
@@ -186,7 +185,7 @@ def _bench_config(args, monkeypatch):
     assert r.exit_code == 130, r.output  # the stand-in's Ctrl-C
     spec = built["spec"]
     assert str(built["run_dir"]) == args[args.index("--output-dir") + 1]
-    checked = spec.reasoners(_NotLoaded("target"), _NotLoaded("draft"))
+    checked = spec.check()  # each arm's reasoner, checked on stand-in engines
     arms = {a: bench.arm_info(spec, a, checked[a]) for a in spec.strategies}
     return spec.model_dump(mode="json"), checked, {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms}
 

@@ -17,7 +17,7 @@ from judges.cascade import CascadeJudge
 from judges.embedding import EmbeddingJudge
 from judges.equivalence import LLMEquivalenceJudge, p_yes
 from judges.exact import ExactJudge, normalize_step, numbers_in
-from judges.registry import make_judge
+from judges.registry import JUDGES, judge_options, judge_options_model, make_judge
 from judges.score import ScoreJudge
 
 Q = "Janet's ducks lay 16 eggs per day. She eats three. How many are left?"
@@ -196,11 +196,11 @@ def test_likelihood_options_are_checked_with_the_valid_ones_named():
     from judges.likelihood import LikelihoodJudge
 
     engine = likelihood_engine({})
-    for bad, message in [(dict(floor=2.0), "floor is a logprob, it must be < 0"),
+    for bad, message in [(dict(floor=2.0), "floor must be < 0, or None, got 2.0"),
                          (dict(max_rank=0), "max_rank must be an integer >= 1"),
-                         (dict(math_max_rank=1.5), "math_max_rank must be an integer >= 1"),
-                         (dict(contrast=1.0), "contrast bounds target minus draft logprob"),
-                         (dict(tolerance=-1), "tolerance counts tokens let through"),
+                         (dict(math_max_rank=1.5), "math_max_rank must be an integer >= 1.*fractional part"),
+                         (dict(contrast=1.0), "contrast must be < 0"),
+                         (dict(tolerance=-1), "tolerance must be an integer >= 0"),
                          (dict(floor=None, math_max_rank=None), "every rule is off")]:
         with pytest.raises(JudgeError, match=message):
             LikelihoodJudge(engine, **bad)
@@ -209,3 +209,103 @@ def test_likelihood_options_are_checked_with_the_valid_ones_named():
         make_judge("likelihood", engine=engine, flor=-3)
     with pytest.raises(JudgeError, match="must pass the step's prefix and draft_token_ids"):
         run(LikelihoodJudge(engine).judge([StepCandidate(Q, (), STEP)]))
+
+
+# -- options models: one per judge, each option's default declared once ----------------------
+
+def _judge_defaults():
+    """Each judge's defaults as its constructor keywords had them before the options models."""
+    from judges.equivalence import DEFAULT_QUESTION
+    from judges.score import DEFAULT_RUBRIC
+
+    return {"score": dict(threshold=7.0, method="expected", rubric=DEFAULT_RUBRIC, step_delimiter="\n\n", top_k=20),
+            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, tolerance=0, top_k=5),
+            "exact": {},
+            "embedding": dict(model="all-minilm-l6-v2", accept_threshold=0.85, reject_threshold=0.5, device="cpu"),
+            "llm-equivalence": dict(threshold=0.5, template=DEFAULT_QUESTION, top_k=20)}
+
+
+def test_a_judge_built_without_options_uses_its_options_models_defaults():
+    from judges.likelihood import LikelihoodJudge
+
+    engine = ScriptedEngine()
+    built_directly = {"score": ScoreJudge(engine), "likelihood": LikelihoodJudge(engine), "exact": ExactJudge(),
+                      "embedding": EmbeddingJudge(), "llm-equivalence": LLMEquivalenceJudge(engine)}
+    for name, defaults in _judge_defaults().items():
+        model = judge_options_model(name)
+        assert model().model_dump() == defaults, name
+        assert judge_options(name) == tuple(defaults)
+        assert all(f.description for f in model.model_fields.values()), f"{name}: an option without a description"
+        for judge in (make_judge(name, engine=engine), built_directly[name]):
+            assert judge.options == model()
+            assert {option: getattr(judge, option) for option in defaults} == defaults
+    # the default threshold at work: a score of 7 is accepted, 6 is not
+    ok, low = run(ScoreJudge(scoring_engine({"GOOD": [("7", 0.0)], "BAD": [("6", 0.0)]})).judge(
+        [StepCandidate(Q, (), "GOOD"), StepCandidate(Q, (), "BAD")]))
+    assert (ok.accept, ok.score, low.accept) == (True, 7.0, False)
+
+
+def test_the_cascade_defaults_and_per_rung_options():
+    from judges.cascade import CascadeOptions, RungName
+
+    engine = ScriptedEngine()
+    assert judge_options("cascade") == ("rungs", "score", "likelihood", "exact", "embedding", "llm-equivalence")
+    assert set(RungName.__args__) == set(JUDGES) - {"cascade"}  # every judge but the cascade can be a rung
+    assert CascadeOptions().rungs == ("exact", "embedding", "score")
+    cascade = make_judge("cascade", engine=engine)
+    assert [r.name for r in cascade.rungs] == ["exact", "embedding", "score"]
+    assert [r.options for r in cascade.rungs] == [judge_options_model(r.name)() for r in cascade.rungs]
+    tuned = make_judge("cascade", engine=engine, rungs=["embedding", "llm-equivalence"],
+                       embedding={"accept_threshold": 0.9}, **{"llm-equivalence": {"threshold": 0.7}})
+    assert (tuned.rungs[0].accept_threshold, tuned.rungs[1].threshold) == (0.9, 0.7)
+    assert tuned.rungs[0].reject_threshold == 0.5  # the rest of a rung's options keep their defaults
+
+
+BAD_JUDGE_OPTIONS = [
+    ("score", dict(threshold=12), "judge 'score': threshold must be within 0..9, got 12"),
+    ("score", dict(method="argmx"), "method must be 'expected' or 'argmax', got 'argmx'. Did you mean 'argmax'"),
+    ("score", dict(top_k=0), "top_k must be an integer >= 1, got 0"),
+    ("score", dict(treshold=6), "judge 'score' has no option 'treshold'. Did you mean 'threshold'\\? Its options: "
+                                "threshold, method, rubric, step_delimiter, top_k"),
+    ("likelihood", dict(tolerance=0.5), "tolerance must be an integer >= 0, got 0.5"),
+    ("likelihood", dict(floor="low"), "floor must be < 0, or None, got 'low' \\(Input should be a valid number"),
+    ("embedding", dict(accept_threshold=1.5), "judge 'embedding': accept_threshold must be within 0..1"),
+    ("embedding", dict(accept_threshold=0.4, reject_threshold=0.6), "need reject_threshold \\(0.6\\) <= accept"),
+    ("embedding", dict(modle="x"), "has no option 'modle'. Did you mean 'model'"),
+    ("llm-equivalence", dict(threshold=1), "threshold must be within \\(0, 1\\), got 1"),
+    ("llm-equivalence", dict(template="{question} {draft}"), "template: must contain .*; it lacks \\{target\\}"),
+    ("exact", dict(threshold=3), "judge 'exact' has no option 'threshold'. It takes no options"),
+    ("cascade", dict(rung=("exact",)), "judge 'cascade' has no option 'rung'. Did you mean 'rungs'"),
+    ("cascade", dict(rungs=("exact", "scor")),
+     "rungs\\[1\\] must be one of 'score', .*got 'scor'. Did you mean 'score'"),
+    ("cascade", dict(rungs=()), "rungs: .*at least 1 item"),
+    ("cascade", dict(score={"treshold": 5}), "has no option 'score.treshold'. Did you mean 'score.threshold'\\? "
+                                              "Options of 'score': threshold, method"),
+    ("cascade", dict(score={"threshold": 10}), "judge 'cascade': score.threshold must be within 0..9, got 10"),
+]
+
+
+@pytest.mark.parametrize("name, options, message", BAD_JUDGE_OPTIONS, ids=[f"{n}-{o}" for n, o, _ in BAD_JUDGE_OPTIONS])
+def test_a_bad_option_names_the_option_and_what_it_must_be(name, options, message):
+    with pytest.raises(JudgeError, match=message):
+        make_judge(name, engine=ScriptedEngine(), **options)
+    with pytest.raises(JudgeError, match=message):  # the same check, the judge not built
+        judge_options_model(name).build(**options)
+
+
+def test_options_models_validate_without_building_and_are_frozen():
+    from pydantic import ValidationError
+
+    from judges.score import ScoreOptions
+
+    options = judge_options_model("score").build(threshold="6")  # no engine needed to check options
+    assert options == ScoreOptions(threshold=6.0)
+    with pytest.raises(ValidationError, match="frozen"):
+        options.threshold = 3
+    engine = ScriptedEngine()
+    assert ScoreJudge(engine, options).options is options
+    assert ScoreJudge(engine, options, top_k=5).options == ScoreOptions(threshold=6.0, top_k=5)
+    with pytest.raises(JudgeError, match="unknown judge 'scor'. Did you mean 'score'"):
+        judge_options_model("scor")
+    with pytest.raises(JudgeError, match="unknown judge 'likelyhood'. Did you mean 'likelihood'"):
+        judge_options("likelyhood")

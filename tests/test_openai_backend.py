@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 import threading
 import time
@@ -66,10 +67,9 @@ def test_dead_server_fails_after_bounded_retries():
     msg = str(e.value)
     assert f"http://127.0.0.1:{port}" in msg
     assert "3 attempts" in msg and "start the server" in msg.lower() and "base_url" in msg
-    # The synchronous tokenizer path fails the same way.
-    with pytest.raises(EngineError, match=f"127.0.0.1:{port}.*unreachable"):
+    # The synchronous tokenizer methods never ask the server: unstarted, they say so.
+    with pytest.raises(EngineError, match=r"not started; await engine.start\(\) first"):
         engine.count_tokens("hi")
-    _run(engine.close())
 
 
 def test_missing_api_key_env(monkeypatch):
@@ -89,23 +89,31 @@ def test_read_timeout_names_the_setting():
         silent.listen(8)
         port = silent.getsockname()[1]
         engine = OpenAIEngine(f"http://127.0.0.1:{port}", "m", timeout_s=0.3, retry_backoff_s=0.01)
-        with pytest.raises(EngineError, match=r"timed out after timeout_s=0.3s.*Raise timeout_s"):
-            engine.count_tokens("hi")
-        _run(engine.close())
+
+        async def go():
+            try:
+                await engine.start()
+            finally:
+                await engine.close()
+
+        with pytest.raises(EngineError, match=r"request /v1/models to .* timed out after timeout_s=0.3s.*Raise timeout_s"):
+            _run(go())
 
 
 class _Stub(ThreadingHTTPServer):
     """Canned JSON answers keyed by (method, path); counts the hits.
 
-    An answer is ``(status, payload)``, or a function of the request body returning one.
+    An answer is ``(status, payload)`` or ``(status, payload, headers)``, or a function of
+    the request body returning one.
     """
 
     daemon_threads = True
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), _StubHandler)
-        self.routes: dict[tuple[str, str], tuple[int, dict] | Callable[[dict], tuple[int, dict]]] = {}
+        self.routes: dict[tuple[str, str], tuple | Callable[[dict], tuple]] = {}
         self.hits: list[tuple[str, str, dict | None]] = []
+        self.delay_s = 0.0  # how long each answer takes (a slow server)
 
     @property
     def url(self) -> str:
@@ -117,10 +125,13 @@ class _StubHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.server.hits.append((method, self.path, body))
+        time.sleep(self.server.delay_s)
         route = self.server.routes.get((method, self.path), (404, {"detail": "Not Found"}))
-        status, payload = route(body) if callable(route) else route
+        status, payload, *headers = route(body) if callable(route) else route
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
@@ -172,6 +183,20 @@ def test_5xx_retried_then_error_4xx_not_retried(stub):
 
             stub.routes[("POST", "/v1/completions")] = (401, {"error": {"message": "bad key"}})
             with pytest.raises(EngineError, match=r"rejected the API key.*api_key_env"):
+                await engine.generate([GenerationRequest("hi")])
+
+            # A 429 waits at least its Retry-After, whatever the backoff.
+            stub.hits.clear()
+            stub.routes[("POST", "/v1/completions")] = (429, {"error": {"message": "slow down"}}, {"retry-after": "0.3"})
+            t0 = time.perf_counter()
+            with pytest.raises(EngineError, match=r"HTTP 429 after 3 attempts: slow down"):
+                await engine.generate([GenerationRequest("hi")])
+            assert len(_completion_hits(stub)) == 3 and time.perf_counter() - t0 >= 0.6
+
+            # A server restarted with another model: named, with the closest served name.
+            stub.routes[("GET", "/v1/models")] = (200, {"data": [{"id": "m2"}]})
+            stub.routes[("POST", "/v1/completions")] = (404, {"error": {"message": "The model `m` does not exist."}})
+            with pytest.raises(EngineError, match=r"model 'm' is not served at .*\['m2'\]\. Did you mean 'm2'\?"):
                 await engine.generate([GenerationRequest("hi")])
 
     _run(go())
@@ -439,6 +464,155 @@ def test_score_continuations_errors(stub):
     assert all("prompt_logprobs" in b for b in _completion_hits(stub))
 
 
+# -- the event loop is never blocked --------------------------------------------------
+
+# The longest a ticker waking every 5 ms may wait while a judge runs: about 6 ms on an idle
+# 2-core machine, up to 70 ms seen beside a vLLM server test; a synchronous request to the
+# slow stub (SLOW_ANSWER_S an answer) would block for longer than SLOW_ANSWER_S.
+LOOP_BLOCK_BOUND_S = 0.1
+SLOW_ANSWER_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """A local tokenizer folder with a chat template (a tiny byte-level BPE, no model): the
+    served model's ``root`` in the stub's ``/v1/models`` card, as vLLM reports its model path."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.tiny_models import CHAT_TEMPLATE
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([PROMPT, SCORED_TEXT, "Score: 0 1 2 3 4 5 6 7 8 9"] * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHAT_TEMPLATE
+    out = tmp_path_factory.mktemp("tokenizer")
+    fast.save_pretrained(out)
+    return out
+
+
+def _serve_model_slowly(stub: _Stub, tokenizer_dir: Path, delay_s: float, root: str | None = None):
+    """The stub as a slow vLLM server of ``tokenizer_dir``'s model: ``/tokenize`` (text or
+    chat), ``/detokenize``, and ``/v1/completions`` answering a score judge's next-token
+    request (``7`` most likely) and a likelihood judge's prompt_logprobs request (every
+    prompt token rank 1). ``root``: the model path its card names (default: ``tokenizer_dir``).
+    Returns the tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    card = {"id": "m", "max_model_len": 512, "root": root or str(tokenizer_dir)}
+    stub.routes[("GET", "/v1/models")] = (200, {"data": [card]})
+
+    def tokenize(body):
+        if "messages" not in body:
+            return 200, {"tokens": tok.encode(body["prompt"], add_special_tokens=False)}
+        text = tok.apply_chat_template(body["messages"], tokenize=False,
+                                       add_generation_prompt=body["add_generation_prompt"],
+                                       continue_final_message=body["continue_final_message"])
+        return 200, {"tokens": tok.encode(text, add_special_tokens=False)}
+
+    def complete(body):
+        usage = {"prompt_tokens": len(body["prompt"]) if isinstance(body["prompt"], list) else 9}
+        choice = {"index": 0, "text": "7", "finish_reason": "length", "stop_reason": None}
+        if "prompt_logprobs" in body:
+            choice["prompt_logprobs"] = [None] + [{str(t): {"logprob": -0.1, "rank": 1}} for t in body["prompt"][1:]]
+        else:
+            digit = lambda d: f"token_id:{tok.convert_tokens_to_ids(d)}"
+            choice["logprobs"] = {"top_logprobs": [{digit("7"): -0.1, digit("3"): -2.5}]}
+        return 200, {"choices": [choice], "usage": usage}
+
+    stub.routes[("POST", "/tokenize")] = tokenize
+    stub.routes[("POST", "/detokenize")] = lambda body: (200, {"prompt": tok.decode(body["tokens"])})
+    stub.routes[("POST", "/v1/completions")] = complete
+    stub.delay_s = delay_s
+    return tok
+
+
+async def _longest_loop_stall(work) -> tuple[object, float]:
+    """``work``'s result, and the longest a ticker that sleeps 5 ms at a time waited for
+    the event loop while ``work`` ran."""
+    gaps = [0.0]
+
+    async def tick():
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    try:
+        return await work, max(gaps)
+    finally:
+        ticker.cancel()
+
+
+@pytest.mark.parametrize("judge_name, tokenizer_here", [("score", True), ("likelihood", True), ("likelihood", False)])
+def test_a_judge_never_blocks_the_event_loop(stub, tokenizer_dir, judge_name, tokenizer_here):
+    """While a judge waits for a slow server (SLOW_ANSWER_S an answer), the event loop keeps
+    running: rendering the judge prompt and tokenizing send nothing, and whatever does go
+    to the server (completions; /tokenize when the model's tokenizer is not here) is awaited."""
+    from judges.base import StepCandidate
+    from judges.likelihood import LikelihoodJudge
+    from judges.score import ScoreJudge
+
+    tok = _serve_model_slowly(stub, tokenizer_dir, delay_s=SLOW_ANSWER_S, root=None if tokenizer_here else "/no/such/model")
+    draft = " 0.2 per minute"
+
+    async def go():
+        async with OpenAIEngine(stub.url, "m") as engine:
+            ids = tuple(tok.encode(draft, add_special_tokens=False)) if judge_name == "likelihood" else ()
+            judge = ScoreJudge(engine, threshold=6) if judge_name == "score" else LikelihoodJudge(engine)
+            candidate = StepCandidate(question=PROMPT, previous_steps=("Step 1: 48 / 2 = 24.",), draft_step=draft,
+                                      prefix=PROMPT if ids else None, draft_token_ids=ids)
+            stub.hits.clear()
+            t0 = time.perf_counter()
+            [verdict], stall = await _longest_loop_stall(judge.judge([candidate]))
+            return verdict, stall, time.perf_counter() - t0
+
+    verdict, stall, seconds = _run(go())
+    assert stall < LOOP_BLOCK_BOUND_S, f"the event loop was blocked for {stall * 1000:.0f} ms while the judge ran"
+    assert verdict.accept and seconds >= SLOW_ANSWER_S  # it waited for the slow server
+    if judge_name == "score":
+        assert verdict.score == pytest.approx(3 + 4 / (1 + math.exp(-2.4)))  # 7 at -0.1, 3 at -2.5
+    asked = {path for _, path, _ in stub.hits}
+    assert asked == ({"/v1/completions"} if tokenizer_here else {"/tokenize", "/v1/completions"})
+
+
+def test_sync_tokenizer_methods_never_ask_the_server(stub, tokenizer_dir):
+    """encode, count_tokens and apply_chat_template use the tokenizer start() loaded: the
+    ``tokenizer`` argument, else the served model's root when this machine has it."""
+    conversation = [{"role": "user", "content": "Natalia sold 48 clips."}, {"role": "assistant", "content": "Score:"}]
+
+    async def check(root: str, **kwargs):
+        stub.routes[("GET", "/v1/models")] = (200, {"data": [{"id": "m", "max_model_len": 64, "root": root}]})
+        async with OpenAIEngine(stub.url, "m", **kwargs) as engine:
+            stub.hits.clear()
+            if root == "/no/such/model" and not kwargs:
+                with pytest.raises(EngineError, match=r"'/no/such/model'\) is not here; pass tokenizer="):
+                    engine.apply_chat_template(conversation)
+                return
+            assert engine.count_tokens(PROMPT) == len(engine.encode(PROMPT)) > 1
+            assert engine.apply_chat_template(conversation, continue_final_message=True) == (
+                "<|im_start|>user\nNatalia sold 48 clips.<|im_end|>\n<|im_start|>assistant\nScore:")
+            assert engine.apply_chat_template(conversation[:1]).endswith("<|im_end|>\n<|im_start|>assistant\n")
+            assert stub.hits == []
+
+    for root in (str(tokenizer_dir), "/no/such/model"):
+        _run(check(root))
+        _run(check(root, tokenizer=str(tokenizer_dir)))
+    with pytest.raises(EngineError, match=r"could not load tokenizer '/no/such/tokenizer'"):
+        _run(check(str(tokenizer_dir), tokenizer="/no/such/tokenizer"))
+
+
 # -- real vLLM server ----------------------------------------------------------------
 
 
@@ -647,8 +821,15 @@ def test_stop_strings_length_and_token_prompt(served):
 @pytest.mark.server
 def test_tokenizer_endpoints_match_local_tokenizer(served):
     base_url, model_path, _, tokenizer = served
-    remote = OpenAIEngine(base_url, SERVED_NAME)
-    local = OpenAIEngine(base_url, SERVED_NAME, tokenizer=str(model_path))
+
+    async def started(**kwargs):
+        engine = OpenAIEngine(base_url, SERVED_NAME, **kwargs)
+        await engine.start()
+        return engine
+
+    # The server's model (its /v1/models root) is this machine's folder: loaded from there.
+    remote, local = _run(started()), _run(started(tokenizer=str(model_path)))
+    assert remote.tokenizer is not None and remote.tokenizer_name is None
     conversation = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Natalia sold 48 clips. How many in May?"},
@@ -669,9 +850,18 @@ def test_tokenizer_endpoints_match_local_tokenizer(served):
             )
             assert remote.apply_chat_template(messages, **kwargs) == expected
             assert local.apply_chat_template(messages, **kwargs) == expected
+            assert _run(remote.aapply_chat_template(messages, **kwargs)) == expected
         assert remote.apply_chat_template(conversation, continue_final_message=True).endswith(
             "<|im_start|>assistant\nScore:"
         )
+        # A machine without the model: the async methods ask the server, and agree.
+        remote._tokenizer = None
+        for kwargs in ({}, {"continue_final_message": True}):
+            messages = conversation if kwargs.get("continue_final_message") else conversation[:2]
+            assert _run(remote.aapply_chat_template(messages, **kwargs)) == local.apply_chat_template(messages, **kwargs)
+        assert _run(remote.acount_tokens("Step 1: 48 / 2 = 24.")) == local.count_tokens("Step 1: 48 / 2 = 24.")
+        with pytest.raises(EngineError, match="tokenizer="):
+            remote.apply_chat_template(conversation[:2])
     finally:
         _run(remote.close())
         _run(local.close())
@@ -689,10 +879,7 @@ def test_unknown_model_lists_served_names(served):
     with pytest.raises(EngineError) as e:
         _run(go())
     assert "'tinyy' is not served" in str(e.value) and "['tiny']" in str(e.value)
-    assert "Closest match: 'tiny'" in str(e.value)
-    # The synchronous path (no start()) names the served models too.
-    with pytest.raises(EngineError, match=r"'tinyy' is not served.*\['tiny'\]"):
-        OpenAIEngine(base_url, "tinyy").count_tokens("hi")
+    assert "Did you mean 'tiny'?" in str(e.value)
 
 
 @pytest.mark.vllm

@@ -50,11 +50,11 @@ def reference(pair, question, runner):
     engine = target_engine(pair[0], "target")
     runner.run(engine.start())
     try:
-        prompt = build_prompt(engine, question)
+        prompt = runner.run(build_prompt(engine, question))
         (r,) = runner.run(engine.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=MAX_TOKENS))]))
         judge = ScoreJudge(engine)
         steps = ("Janet's ducks lay 16 eggs per day.", "She eats 3 and bakes with 4, so 16 - 3 - 4 = 9 eggs are left.")
-        (dist,) = runner.run(engine.next_token_logprobs([judge.prompt(StepCandidate(question, steps[:1], steps[1], opening_messages=opening_messages(question)))]))
+        (dist,) = runner.run(engine.next_token_logprobs([runner.run(judge.prompt(StepCandidate(question, steps[:1], steps[1], opening_messages=opening_messages(question))))]))
         (verdict,) = runner.run(judge.judge([StepCandidate(question, steps[:1], steps[1], opening_messages=opening_messages(question))]))
         (short,) = runner.run(
             engine.generate(
@@ -245,7 +245,7 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
                 kept += got.num_kept_draft_tokens
                 cut += got.num_cut_steps
         # the scores read with the prefix cached equal those computed with nothing cached
-        prompt = build_prompt(target, problems[0].question)
+        prompt = runner.run(build_prompt(target, problems[0].question))
         (drafted,) = runner.run(draft.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=64))]))
         request = ContinuationRequest(prompt, drafted.completion.token_ids, top_k=5)
         # only the prompt cached: the target's own greedy text, cached by the runs above,

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -17,8 +18,9 @@ from orchestrator.baseline import draft_only, target_only
 from orchestrator.reasoner import Reasoner
 from routers.base import KEEP, STOP, TARGET, Decision, RouterError, RoutingExample, RoutingState
 from routers.features import SCALAR_FEATURES, FeatureSet, featurize, scalar_features
-from routers.learned import LearnedRouter
-from routers.threshold import ThresholdRouter
+from routers.learned import LearnedOptions, LearnedRouter
+from routers.registry import make_router, router_options_model
+from routers.threshold import ThresholdOptions, ThresholdRouter
 from routers.train import (
     CurvePoint,
     choose_tau,
@@ -68,9 +70,9 @@ class ScriptedRouter:
 
 def test_threshold_router_follows_the_worked_example():
     lps = tuple(math.log(p) for p in (0.9, 0.8, 0.3))
-    (mean,) = asyncio.run(ThresholdRouter(0.6).route([state(lps=lps, ents=())]))
+    (mean,) = asyncio.run(ThresholdRouter(min_confidence=0.6).route([state(lps=lps, ents=())]))
     assert mean.action == KEEP and mean.p_target == pytest.approx(1 - 0.6, abs=0.01)
-    (low,) = asyncio.run(ThresholdRouter(0.6, statistic="min").route([state(lps=lps, ents=())]))
+    (low,) = asyncio.run(ThresholdRouter(min_confidence=0.6, statistic="min").route([state(lps=lps, ents=())]))
     assert low.action == TARGET and low.p_target == pytest.approx(0.7)
     with pytest.raises(RouterError, match="without token logprobs"):
         asyncio.run(ThresholdRouter().route([state(lps=(), ents=())]))
@@ -78,6 +80,35 @@ def test_threshold_router_follows_the_worked_example():
         ThresholdRouter(statistic="median")
     with pytest.raises(ValueError, match="unknown routing action"):
         Decision("maybe", 0.5, "x")
+
+
+def test_router_options_models_hold_the_defaults_and_name_mistakes(tmp_path):
+    # built without options, a router uses its options model's defaults (the constructor's before)
+    assert ThresholdOptions().model_dump() == {"min_confidence": 0.6, "statistic": "mean"}
+    for router in (ThresholdRouter(), make_router("threshold")):
+        assert router.options == ThresholdOptions() and (router.min_confidence, router.statistic) == (0.6, "mean")
+    assert LearnedOptions().model_dump() == {"tau": None}  # None: the tau the file was saved with
+    assert all(f.description for m in (ThresholdOptions, LearnedOptions) for f in m.model_fields.values())
+    tuned = ThresholdOptions(min_confidence=0.3)
+    assert make_router("threshold", min_confidence=0.3).options == ThresholdRouter(tuned).options == tuned
+    # the options model by spec, for checking options without building the router (no file is read)
+    path = str(tmp_path / "none.pt")
+    assert router_options_model("threshold") is ThresholdOptions and router_options_model(path) is LearnedOptions
+    assert router_options_model(path).build(tau="0.4").tau == 0.4
+    with pytest.raises(RouterError, match="unknown router 'treshold'. Did you mean 'threshold'"):
+        router_options_model("treshold")
+    for spec, options, message in [
+            ("threshold", dict(min_confidence=2), ": min_confidence must be within 0..1, got 2"),
+            ("threshold", dict(statistic="median"),
+             ": statistic must be 'mean' or 'min', got 'median'. Did you mean 'mean'"),
+            ("threshold", dict(min_confidense=0.5), " has no option 'min_confidense'. Did you mean 'min_confidence'\\? "
+                                                    "Its options: min_confidence, statistic"),
+            (path, dict(tua=0.3), " has no option 'tua'. Did you mean 'tau'\\? Its options: tau"),
+            (path, dict(tau=1.5), ": tau must be within 0..1, or None, got 1.5")]:
+        with pytest.raises(RouterError, match=re.escape(f"router '{spec}'") + message):
+            make_router(spec, **options)
+        with pytest.raises(RouterError, match=message):  # the same check, the router not built
+            router_options_model(spec).build(**options)
 
 
 def test_scalar_features_read_the_step_and_the_history():
@@ -200,6 +231,7 @@ def test_router_file_round_trip_and_version_mismatch(tmp_path, torch):
     assert (loaded.predict(states) == report.router.predict(states)).all()
     assert loaded.metadata["auc_held_out"] == report.metrics["auc_held_out"]
     assert LearnedRouter.load(path, tau=0.99).tau == 0.99
+    assert make_router(str(path)).tau == loaded.tau and make_router(str(path), tau=0.99).tau == 0.99
     decisions = asyncio.run(loaded.route(states))
     assert [d.action for d in decisions] == [TARGET if d.p_target >= loaded.tau else KEEP for d in decisions]
 
@@ -225,7 +257,7 @@ def test_router_train_and_info_cli(tmp_path, torch):
     data.mkdir()
     lines = [json.dumps(ex.to_dict()) for ex in synthetic()]
     (data / "examples.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:50])  # a cut-off last line
-    cli = [sys.executable, "-c", "from workflows.cli import main; main()", "router"]
+    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "router"]
     env = {**os.environ, "COLUMNS": "300"}  # no wrapped lines
     r = subprocess.run(cli + ["train", str(data), "--out", str(tmp_path / "r.pt"), "--no-embedding",
                               "--target-budget", "0.3"], capture_output=True, text=True, timeout=300, env=env)
@@ -342,7 +374,7 @@ class _Compare:
 
 def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
     from test_bench import engines, write_problems
-    from workflows.bench import BenchSpec, read_samples, run_bench
+    from workflows.eval.bench import BenchSpec, read_samples, run_bench
 
     data = write_problems(tmp_path / "p.jsonl", n=4)
     spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
@@ -366,7 +398,7 @@ def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
 def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_path_factory):
     from tiny_models import build_tiny_model
     from conftest import tiny_engine
-    from workflows.router_collect import CollectError, CollectSpec, collect
+    from workflows.routing.collect import CollectError, CollectSpec, collect
 
     tmp = tmp_path_factory.mktemp("collect")
     paths = [build_tiny_model(tmp_path_factory.mktemp(f"m{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
@@ -410,8 +442,8 @@ def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_
 
 
 def test_collect_refuses_evaluation_problems(tmp_path):
-    from workflows.datasets import load_dataset
-    from workflows.router_collect import CollectError, CollectSpec, training_problems
+    from workflows.eval.datasets import load_dataset
+    from workflows.routing.collect import CollectError, CollectSpec, training_problems
 
     gsm = load_dataset("gsm8k").problems
     data = tmp_path / "mine.jsonl"
@@ -425,7 +457,7 @@ def test_collect_refuses_evaluation_problems(tmp_path):
 
 def test_collect_generates_training_problems_reproducibly():
     pytest.importorskip("reasoning_gym", reason="generated problems need stepspec[router]")
-    from workflows.router_collect import CollectSpec, training_problems
+    from workflows.routing.collect import CollectSpec, training_problems
 
     generated = training_problems(CollectSpec(source="gsm-symbolic", num_problems=5, seed=1))
     assert len(generated) == 5 and all(p.question and p.reference.lstrip("-").isdigit() for p in generated)
@@ -435,7 +467,7 @@ def test_collect_generates_training_problems_reproducibly():
 
 
 def test_router_collect_cli_refuses_an_evaluation_set_before_loading_models(tmp_path):
-    cli = [sys.executable, "-c", "from workflows.cli import main; main()", "router", "collect"]
+    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "router", "collect"]
     r = subprocess.run(cli + ["--source", "gsm8k", "--output-dir", str(tmp_path / "c")], capture_output=True,
                        text=True, timeout=120, env={**os.environ, "COLUMNS": "300"})
     assert r.returncode == 2 and "is an evaluation set" in r.stderr and "Traceback" not in r.stderr

@@ -190,7 +190,7 @@ def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runne
         assert v.judge == "score" and v.num_judge_calls == 1
         assert v.score is None or 0 <= v.score <= 9
         assert v.accept == (v.score is not None and v.score >= 5)
-    assert judge.prompt(first).endswith("Score:")
+    assert runner.run(judge.prompt(first)).endswith("Score:")
     # the second judgement shares the question and earlier steps with the first
     assert after.num_cached_prompt_tokens - before.num_cached_prompt_tokens >= 16
 

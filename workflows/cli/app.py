@@ -7,9 +7,10 @@ import json
 import logging
 import os
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -26,7 +27,12 @@ from engine.models import (
     prepared_path,
 )
 from engine.protocol import EngineError
+from judges.registry import judge_options_model
+from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.strategies import STRATEGIES
+from workflows.eval.bench import BenchSpec
 from workflows.eval.datasets import DatasetError
+from workflows.routing.collect import CollectSpec
 
 app = typer.Typer(
     help="stepspec: reasoning-level speculative orchestration over vLLM.",
@@ -45,6 +51,68 @@ _OWN_LOGGERS = ("engine", "orchestrator", "judges", "routers", "workflows")
 VERBOSE = typer.Option(0, "--verbose", "-v", count=True,
                        help="Show vLLM's warnings (-v) or all its logs (-vv); also $STEPSPEC_VERBOSE. "
                             "They always go to a log file (its tail is shown on an engine failure).")
+
+
+def _opt(model: type[BaseModel], name: str, *flags: str, show: Any = None, more: str = "") -> Any:
+    """A typer option whose default and help are the pydantic field's: declared once, there.
+    ``show``: how the default is written on the command line; ``more``: what the help adds."""
+    field = model.model_fields[name]
+    default = field.get_default(call_default_factory=True)
+    return typer.Option(default if show is None else show(default), *flags,
+                        help=" ".join(t for t in (field.description, more) if t))
+
+
+def _escape(text: str) -> str:
+    """--delimiter's default as typed: a blank line is '\\n\\n'."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def _unescape(text: str) -> str:
+    """Shell-friendly escapes in --delimiter: '\\n\\n' is a blank line."""
+    return text.encode("utf-8").decode("unicode_escape")
+
+
+def _fields(model: type[BaseModel], flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags named like ``model``'s fields (the delimiter unescaped)."""
+    picked = {k: v for k, v in flags.items() if k in model.model_fields}
+    if "delimiter" in picked:
+        picked["delimiter"] = _unescape(picked["delimiter"])
+    return picked
+
+
+# The options solve, bench and router collect share: defaults and help from their declarations.
+STRATEGY = _opt(ReasonerConfig, "strategy")
+JUDGE = _opt(ReasonerConfig, "judge")
+ROUTER = _opt(ReasonerConfig, "router")
+TARGET = _opt(RunSettings, "target")
+DRAFT = _opt(RunSettings, "draft")
+TARGET_SPEC = _opt(RunSettings, "target_spec", "--spec")
+DRAFT_SPEC = _opt(RunSettings, "draft_spec")
+NUM_SPECULATIVE_TOKENS = _opt(RunSettings, "num_speculative_tokens")
+TARGET_URL = _opt(RunSettings, "target_url", more="--target is then the model name it serves.")
+DRAFT_URL = _opt(RunSettings, "draft_url", more="--draft is then the model name it serves.")
+API_KEY_ENV = _opt(RunSettings, "api_key_env")
+MAX_TOKENS = _opt(RunSettings, "max_tokens")
+MAX_STEP_TOKENS = _opt(RunSettings, "max_step_tokens")
+MAX_STEPS = _opt(RunSettings, "max_steps")
+TIMEOUT = _opt(RunSettings, "timeout")
+DELIMITER = _opt(RunSettings, "delimiter", show=_escape, more="Escapes allowed (\\n).")
+KV_CACHE_GIB = _opt(RunSettings, "kv_cache_gib")
+MAX_MODEL_LEN = _opt(RunSettings, "max_model_len")
+
+
+def _one_option(owner: str, name: str, *flags: str, more: str = "", about: str = "") -> Any:
+    """A flag for an option of strategy ``owner`` (or of the score judge), unset unless given:
+    its help and default are the options model's (``about``: where it has no description)."""
+    model = judge_options_model("score") if owner == "score judge" else STRATEGIES[owner].options_model
+    field = model.model_fields[name]
+    default = ", ".join(field.default) if isinstance(field.default, tuple) else field.default
+    return typer.Option(None, *flags,
+                        help=f"{owner}: {field.description or about} (default {default}). {more}".strip())
+
+
+GAMMA = _one_option("lookahead", "gamma")
+MAX_GAMMA = _one_option("lookahead", "max_gamma", about="upper bound of the adaptive gamma")
 
 
 def _setup_logging(verbose: int) -> None:
@@ -159,11 +227,6 @@ def _parse_opts(pairs: list[str], flag: str = "--judge-opt") -> dict:
     return opts
 
 
-def _unescape(text: str) -> str:
-    """Shell-friendly escapes in --delimiter: '\\n\\n' is a blank line."""
-    return text.encode("utf-8").decode("unicode_escape")
-
-
 def _print_step(record, width: int = 0) -> None:
     """One step as it joins the trace: who wrote it, and what became of the draft. A step a
     token-level verifier cut shows the kept drafted text, the cut token (its logprob under
@@ -207,36 +270,36 @@ def _print_step(record, width: int = 0) -> None:
 @app.command()
 def solve(
     question: Optional[str] = typer.Argument(None, help="The question (default: one from --dataset)."),
-    strategy: str = typer.Option("specreason", help="target-only, draft-only, specreason, lookahead, spec-thinking, "
-                                 "arbitrage, arbitrage-oracle, tree, tree-target, best-of-n, best-of-n-target."),
-    judge: Optional[str] = typer.Option(None, help="likelihood, score, exact, embedding, llm-equivalence, cascade "
-                                        "(default: the strategy's)."),
-    threshold: Optional[float] = typer.Option(None, help="score judge: accept at or above this 0-9 score."),
-    score_method: Optional[str] = typer.Option(None, help="score judge: expected or argmax."),
+    strategy: str = STRATEGY,
+    judge: Optional[str] = JUDGE,
+    threshold: Optional[float] = _one_option("score judge", "threshold"),
+    score_method: Optional[str] = _one_option("score judge", "method", "--score-method"),
     judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
-    router: Optional[str] = typer.Option(None, help="arbitrage: 'threshold' or a router file from "
-                                         "`stepspec router train`."),
+    router: Optional[str] = ROUTER,
     router_opt: list[str] = typer.Option([], help="Any router option, key=value, e.g. tau=0.3 (repeatable)."),
-    first_target_steps: Optional[int] = typer.Option(None, help="specreason: steps the target writes first."),
-    gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
-    max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
-    cues: Optional[str] = typer.Option(None, help="spec-thinking: comma-separated reflection cues."),
-    takeover_tokens: Optional[int] = typer.Option(None, help="spec-thinking: tokens the target writes per hand-over."),
+    first_target_steps: Optional[int] = _one_option("specreason", "first_target_steps"),
+    gamma: Optional[int] = GAMMA,
+    max_gamma: Optional[int] = MAX_GAMMA,
+    cues: Optional[str] = _one_option("spec-thinking", "cues", more="Comma-separated."),
+    takeover_tokens: Optional[int] = _one_option("spec-thinking", "takeover_tokens"),
     dataset: str = typer.Option("gsm8k", help="Dataset to take the question from."),
     index: int = typer.Option(0, help="Which problem of the dataset (0-based)."),
     data_dir: Optional[str] = typer.Option(None, help="Folder with the benchmark JSONL files."),
-    target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
-    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
-    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
-    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
-    num_speculative_tokens: Optional[int] = typer.Option(None, help="Tokens proposed per token-level draft."),
-    max_tokens: int = typer.Option(1024, help="Token budget of the trace."),
-    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
-    max_steps: int = typer.Option(64, help="Step budget of the trace."),
-    timeout: Optional[float] = typer.Option(None, help="Wall-clock budget of the trace, seconds."),
-    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
-    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
-    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
+    target: str = TARGET,
+    draft: str = DRAFT,
+    target_spec: str = TARGET_SPEC,
+    draft_spec: str = DRAFT_SPEC,
+    num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
+    target_url: Optional[str] = TARGET_URL,
+    draft_url: Optional[str] = DRAFT_URL,
+    api_key_env: Optional[str] = API_KEY_ENV,
+    max_tokens: int = MAX_TOKENS,
+    max_step_tokens: int = MAX_STEP_TOKENS,
+    max_steps: int = MAX_STEPS,
+    timeout: Optional[float] = TIMEOUT,
+    delimiter: str = DELIMITER,
+    kv_cache_gib: float = KV_CACHE_GIB,
+    max_model_len: int = MAX_MODEL_LEN,
     trace_out: Optional[str] = typer.Option(None, help="Write the trace as JSON here (also on failure)."),
     opt: list[str] = typer.Option([], help="Any strategy option, key=value (e.g. k=3, beam=2, n=5) (repeatable)."),
     show_tree: bool = typer.Option(False, help="tree: print the search tree after the answer."),
@@ -245,23 +308,17 @@ def solve(
     verbose: int = VERBOSE,
 ) -> None:
     """Reason through one question step by step with a speculative strategy on the bundled pair
-    (or any models), streaming the trace; token-level speculation runs underneath."""
+    (or any models, in-process or on OpenAI-compatible servers), streaming the trace;
+    token-level speculation runs underneath."""
     _setup_logging(verbose)
     from orchestrator.reasoner import Reasoner
-    from orchestrator.run import Budget, ReasoningError
-    from orchestrator.steps import StepRules
+    from orchestrator.run import ReasoningError
     from orchestrator.strategies import get_strategy
     from workflows.eval.datasets import load_dataset
     from workflows.eval.graders import get_grader
 
-    reference = grader = None
-    if question is None:
-        data = load_dataset(dataset, data_dir)
-        if not 0 <= index < len(data.problems):
-            raise DatasetError(f"--index {index} is out of range: {dataset} has {len(data.problems)} problems")
-        question, reference, grader = data.problems[index].question, data.problems[index].reference, get_grader(data.grader)
-    if not question.strip():
-        raise ValueError("the question is empty; give the problem text to reason about")
+    # the configuration and the question are checked first; models are prepared after
+    settings = RunSettings(**_fields(RunSettings, locals()))
     chosen = get_strategy(strategy)
     options = {k: v for k, v in dict(first_target_steps=first_target_steps, gamma=gamma, max_gamma=max_gamma,
                                      takeover_tokens=takeover_tokens,
@@ -275,15 +332,18 @@ def solve(
                 raise ValueError(f"--{key.replace('method', 'score-method')} is an option of the score judge; "
                                  "for other judges use --judge-opt key=value")
             judge_options[key] = value
-    rules = StepRules(delimiter=_unescape(delimiter))
-    budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_seconds=timeout)
+    config = settings.reasoner_config(strategy=strategy, judge=judge, judge_options=judge_options, router=router,
+                                      router_options=_parse_opts(router_opt, "--router-opt"), **options)
+    reference = grader = None
+    if question is None:
+        data = load_dataset(dataset, data_dir)
+        if not 0 <= index < len(data.problems):
+            raise DatasetError(f"--index {index} is out of range: {dataset} has {len(data.problems)} problems")
+        question, reference, grader = data.problems[index].question, data.problems[index].reference, get_grader(data.grader)
+    if not question.strip():
+        raise ValueError("the question is empty; give the problem text to reason about")
     with _prepare_progress() if not as_json else contextlib.nullcontext() as on_prepare:
-        reasoner = Reasoner.from_models(
-            target, draft, strategy=strategy,
-            target_spec=spec, draft_spec=draft_spec, num_speculative_tokens=num_speculative_tokens,
-            kv_cache_gib=kv_cache_gib, max_model_len=max_model_len, rules=rules, budget=budget, judge=judge,
-            judge_options=judge_options, router=router, router_options=_parse_opts(router_opt, "--router-opt"),
-            on_prepare=on_prepare, **options)
+        reasoner = Reasoner.from_config(config, on_prepare=on_prepare)
     try:
         t0 = time.perf_counter()
         if not as_json:
@@ -396,6 +456,7 @@ def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: 
 
 
 _MODES = {"latency": ("latency",), "throughput": ("throughput",), "both": ("throughput", "latency")}
+_MODE_NAMES = {modes: name for name, modes in _MODES.items()}
 
 
 def _bench_modes(mode: str) -> tuple[str, ...]:
@@ -463,50 +524,46 @@ def _print_results(results: dict, run_dir: str) -> None:
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    dataset: str = typer.Option("gsm8k", help="gsm8k, aime24, aime25, math500, or a JSONL file."),
-    data_dir: Optional[str] = typer.Option(None, help="Folder with the benchmark JSONL files "
-                                           "(default: $STEPSPEC_DATA_DIR, then ../shared/data)."),
-    source: str = typer.Option("local", help="local files, or hub (Hugging Face, needs internet and `datasets`)."),
-    question_field: Optional[str] = typer.Option(None, help="JSONL field holding the question."),
-    answer_field: Optional[str] = typer.Option(None, help="JSONL field holding the reference answer."),
-    grader: Optional[str] = typer.Option(None, help="gsm8k, aime, math or numeric (default: the dataset's)."),
-    skip_bad_lines: bool = typer.Option(False, help="Skip malformed data lines (listed in the results) "
-                                        "instead of stopping."),
-    limit: Optional[int] = typer.Option(None, help="At most this many problems."),
-    offset: int = typer.Option(0, help="Skip this many problems first."),
-    sample: Optional[int] = typer.Option(None, help="A random sample of this many problems (seeded)."),
-    seed: int = typer.Option(0, help="Seed of --sample."),
-    strategies: str = typer.Option("target-only,specreason,lookahead",
-                                   help="Comma-separated arms: strategy names, or labels of arms whose strategy is "
-                                   "given by --opt LABEL.strategy=NAME (one strategy with different options)."),
-    mode: str = typer.Option("latency", help="latency (one problem at a time, arms interleaved), throughput (per "
-                             "arm, all problems at once; its wall time) or both (throughput first)."),
-    latency_limit: Optional[int] = typer.Option(None, help="Latency mode: only the first N selected problems."),
-    latency_strategies: Optional[str] = typer.Option(None, help="Latency mode: only these arms (comma-separated; "
-                                                     "default all)."),
-    threshold: Optional[float] = typer.Option(None, help="specreason: score threshold (0-9)."),
-    gamma: Optional[int] = typer.Option(None, help="lookahead: steps drafted ahead (start value)."),
-    max_gamma: Optional[int] = typer.Option(None, help="lookahead: upper bound of the adaptive gamma."),
+    dataset: str = _opt(BenchSpec, "dataset"),
+    data_dir: Optional[str] = _opt(BenchSpec, "data_dir"),
+    source: str = _opt(BenchSpec, "source"),
+    question_field: Optional[str] = _opt(BenchSpec, "question_field"),
+    answer_field: Optional[str] = _opt(BenchSpec, "answer_field"),
+    grader: Optional[str] = _opt(BenchSpec, "grader"),
+    skip_bad_lines: bool = _opt(BenchSpec, "skip_bad_lines"),
+    limit: Optional[int] = _opt(BenchSpec, "limit"),
+    offset: int = _opt(BenchSpec, "offset"),
+    sample: Optional[int] = _opt(BenchSpec, "sample"),
+    seed: int = _opt(BenchSpec, "seed"),
+    strategies: str = _opt(BenchSpec, "strategies", show=",".join, more="Comma-separated."),
+    mode: str = _opt(BenchSpec, "modes", "--mode", show=lambda modes: _MODE_NAMES[modes]),
+    latency_limit: Optional[int] = _opt(BenchSpec, "latency_limit"),
+    latency_strategies: Optional[str] = _opt(BenchSpec, "latency_strategies", more="Comma-separated."),
+    threshold: Optional[float] = _one_option("score judge", "threshold", more="For the specreason arm."),
+    gamma: Optional[int] = GAMMA,
+    max_gamma: Optional[int] = MAX_GAMMA,
     lookahead_judge: Optional[str] = typer.Option(None, help="lookahead: judge (default cascade)."),
-    router: Optional[str] = typer.Option(None, help="arbitrage: 'threshold' or a router file from "
-                                         "`stepspec router train`."),
+    router: Optional[str] = ROUTER,
     opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge and router options as "
                                    "STRATEGY.judge.KEY=VALUE, STRATEGY.router.KEY=VALUE; an arm's strategy as "
                                    "LABEL.strategy=NAME; VALUE none switches an option off (repeatable)."),
-    target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
-    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
-    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
-    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
-    num_speculative_tokens: Optional[int] = typer.Option(None, help="Tokens proposed per token-level draft."),
-    max_tokens: int = typer.Option(1024, help="Token budget of each trace."),
-    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
-    max_steps: int = typer.Option(64, help="Step budget of each trace."),
-    timeout: Optional[float] = typer.Option(None, help="Wall-clock budget of each trace, seconds."),
-    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
-    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
-    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
-    max_num_seqs: int = typer.Option(32, help="Sequences each engine batches (throughput mode raises it to the "
-                                     "number of problems)."),
+    target: str = TARGET,
+    draft: str = DRAFT,
+    target_spec: str = TARGET_SPEC,
+    draft_spec: str = DRAFT_SPEC,
+    num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
+    target_url: Optional[str] = TARGET_URL,
+    draft_url: Optional[str] = DRAFT_URL,
+    api_key_env: Optional[str] = API_KEY_ENV,
+    max_tokens: int = MAX_TOKENS,
+    max_step_tokens: int = MAX_STEP_TOKENS,
+    max_steps: int = MAX_STEPS,
+    timeout: Optional[float] = TIMEOUT,
+    delimiter: str = DELIMITER,
+    kv_cache_gib: float = KV_CACHE_GIB,
+    max_model_len: int = MAX_MODEL_LEN,
+    max_num_seqs: int = _opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
+                             "problems (in-process engines; a server batches as it was started)."),
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used)."),
     progress: bool = typer.Option(True, help="Show the live progress bar."),
@@ -522,26 +579,20 @@ def bench(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from workflows.eval.bench import BenchSpec, run_bench
+    from workflows.eval.bench import run_bench
 
     _setup_logging(verbose)
     if resume:
         run_dir, spec = resume, BenchSpec()  # the run's saved config replaces this
     else:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
-        spec = BenchSpec(
-            dataset=dataset, data_dir=data_dir, source=source, question_field=question_field,
-            answer_field=answer_field, grader=grader, skip_bad_lines=skip_bad_lines, offset=offset, limit=limit,
-            sample=sample, seed=seed, strategies=tuple(names),
-            strategy_options=_strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt, router),
-            modes=_bench_modes(mode), latency_limit=latency_limit,
-            latency_strategies=None if latency_strategies is None else
-            tuple(s.strip() for s in latency_strategies.split(",") if s.strip()),
-            target=target, draft=draft, target_spec=spec, draft_spec=draft_spec,
-            num_speculative_tokens=num_speculative_tokens, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
-            max_steps=max_steps, timeout=timeout, delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib,
-            max_model_len=max_model_len, max_num_seqs=max_num_seqs)
-        spec.check()  # a bad arm fails here, before the progress bar starts
+        flags = _fields(BenchSpec, locals())
+        spec = BenchSpec(**{
+            **flags, "strategies": tuple(names), "modes": _bench_modes(mode),
+            "strategy_options": _strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt, router),
+            "latency_strategies": None if latency_strategies is None else
+            tuple(s.strip() for s in latency_strategies.split(",") if s.strip())})
+        spec.check()  # a bad arm or model fails here, before the progress bar starts
         run_dir = output_dir or os.path.join("runs", f"{os.path.basename(dataset).removesuffix('.jsonl')}-"
                                              f"{time.strftime('%Y%m%d-%H%M%S')}")
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -581,25 +632,24 @@ app.add_typer(router_app, name="router")
 
 @router_app.command("collect")
 def router_collect(
-    source: str = typer.Option("gsm-symbolic", help="gsm-symbolic (generated, offline) or a JSONL file of your own "
-                               "(never an evaluation set)."),
-    num_problems: int = typer.Option(200, help="Training problems to collect."),
-    seed: int = typer.Option(0, help="Seed of the generated problems."),
-    question_field: Optional[str] = typer.Option(None, help="JSONL: field holding the question."),
-    answer_field: Optional[str] = typer.Option(None, help="JSONL: field holding the reference answer."),
-    data_dir: Optional[str] = typer.Option(None, help="Folder with the evaluation sets (checked for overlap)."),
-    judge: str = typer.Option("score", help="Judge that rates each candidate step (must give a score)."),
+    source: str = _opt(CollectSpec, "source"),
+    num_problems: int = _opt(CollectSpec, "num_problems"),
+    seed: int = _opt(CollectSpec, "seed"),
+    question_field: Optional[str] = _opt(CollectSpec, "question_field"),
+    answer_field: Optional[str] = _opt(CollectSpec, "answer_field"),
+    data_dir: Optional[str] = _opt(CollectSpec, "data_dir"),
+    judge: str = _opt(CollectSpec, "judge"),
     judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
-    target: str = typer.Option(BUNDLED_TARGET, help="Target model: preset, local path or hub id."),
-    draft: str = typer.Option(BUNDLED_DRAFT, help="Draft model: preset, local path or hub id."),
-    spec: str = typer.Option("draft", help="Token-level speculation inside the target: none, ngram, suffix, draft."),
-    draft_spec: str = typer.Option("none", help="Token-level speculation inside the draft: none, ngram, suffix."),
-    max_tokens: int = typer.Option(1024, help="Token budget of each trace."),
-    max_step_tokens: int = typer.Option(256, help="Token cap of one step."),
-    max_steps: int = typer.Option(64, help="Step budget of each trace."),
-    delimiter: str = typer.Option("\\n\\n", help="Step delimiter (escapes allowed)."),
-    kv_cache_gib: float = typer.Option(1.0, help="KV cache size of each engine, GiB."),
-    max_model_len: int = typer.Option(4096, help="Context window of each engine, tokens."),
+    target: str = TARGET,
+    draft: str = DRAFT,
+    target_spec: str = TARGET_SPEC,
+    draft_spec: str = DRAFT_SPEC,
+    max_tokens: int = MAX_TOKENS,
+    max_step_tokens: int = MAX_STEP_TOKENS,
+    max_steps: int = MAX_STEPS,
+    delimiter: str = DELIMITER,
+    kv_cache_gib: float = KV_CACHE_GIB,
+    max_model_len: int = MAX_MODEL_LEN,
     concurrency: int = typer.Option(8, help="Problems in flight at once (the engines batch their steps)."),
     overlap: bool = typer.Option(False, help="Let both engines compute at once (default: they take turns, much "
                                  "faster when they share CPU cores)."),
@@ -611,14 +661,10 @@ def router_collect(
     import asyncio
     import signal
 
-    from workflows.routing.collect import CollectSpec, collect
+    from workflows.routing.collect import collect
 
     _setup_logging(verbose)
-    spec_ = CollectSpec(source=source, num_problems=num_problems, seed=seed, question_field=question_field,
-                        answer_field=answer_field, data_dir=data_dir, target=target, draft=draft, target_spec=spec,
-                        draft_spec=draft_spec, judge=judge, judge_options=_parse_opts(judge_opt),
-                        max_tokens=max_tokens, max_step_tokens=max_step_tokens, max_steps=max_steps,
-                        delimiter=_unescape(delimiter), kv_cache_gib=kv_cache_gib, max_model_len=max_model_len)
+    spec_ = CollectSpec(**_fields(CollectSpec, locals()), judge_options=_parse_opts(judge_opt))
 
     def show(record: dict) -> None:
         mark = "ok " if record["correct"] else "bad"
@@ -868,8 +914,18 @@ def main() -> None:
     try:
         app()
     except (ModelError, EngineError, DatasetError, ValueError) as e:  # WorkflowError, RouterError, ToolError too
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {_message(e)}", highlight=False)
         raise SystemExit(2) from None
+
+
+def _message(e: Exception) -> str:
+    """An error in words; a setting pydantic refused: where it is and why, without its trimmings."""
+    if not isinstance(e, ValidationError):
+        return str(e)
+    err = e.errors(include_url=False)[0]
+    where = ".".join(str(x) for x in err["loc"])
+    why = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {why}" if where else why
 
 
 if __name__ == "__main__":

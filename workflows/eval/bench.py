@@ -43,25 +43,22 @@ import asyncio
 import json
 import logging
 import os
-import platform
 import re
 import resource
-import subprocess
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from common.files import append_jsonl, atomic_write_json
 from common.names import did_you_mean
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
+from engine.config import OpenAIEngineConfig, build_engines, check_engine
 from engine.protocol import Engine
-from orchestrator.reasoner import Reasoner, _NotLoaded, build_engines
-from orchestrator.run import Budget, ReasoningError
-from orchestrator.steps import StepRules
+from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.reasoner import Reasoner, check_reasoner
+from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, get_strategy
 from orchestrator.trace import Trace
 from workflows.eval.datasets import Problem, load_dataset, select
@@ -78,49 +75,37 @@ Mode = Literal["latency", "throughput"]
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
-class BenchSpec(BaseModel):
-    """What a benchmark run is: data, strategies, models and budgets (saved in its results file)."""
+class BenchSpec(RunSettings):
+    """What a benchmark run is: data, arms, and the models, budgets and delimiter every arm
+    shares (:class:`orchestrator.config.RunSettings`); saved in its results file."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dataset: str = "gsm8k"
-    data_dir: str | None = None
-    source: Literal["local", "hub"] = "local"
-    question_field: str | None = None
-    answer_field: str | None = None
-    grader: str | None = None
-    skip_bad_lines: bool = False
-    offset: int = Field(0, ge=0)
-    limit: int | None = Field(None, ge=1)
-    sample: int | None = Field(None, ge=1)
-    seed: int = 0
-    # Arms: strategy names, or labels whose strategy is strategy_options[label]["strategy"].
-    strategies: tuple[str, ...] = ("target-only", "specreason", "lookahead")
+    dataset: str = Field("gsm8k", description="gsm8k, aime24, aime25, math500, or a JSONL file.")
+    data_dir: str | None = Field(None, description="Folder with the benchmark JSONL files (default: "
+                                 "$STEPSPEC_DATA_DIR, then ../shared/data).")
+    source: Literal["local", "hub"] = Field("local", description="local files, or hub (Hugging Face, needs internet "
+                                            "and `datasets`).")
+    question_field: str | None = Field(None, description="JSONL field holding the question.")
+    answer_field: str | None = Field(None, description="JSONL field holding the reference answer.")
+    grader: str | None = Field(None, description="gsm8k, aime, math or numeric (default: the dataset's).")
+    skip_bad_lines: bool = Field(False, description="Skip malformed data lines (listed in the results) instead of "
+                                 "stopping.")
+    offset: int = Field(0, ge=0, description="Skip this many problems first.")
+    limit: int | None = Field(None, ge=1, description="At most this many problems.")
+    sample: int | None = Field(None, ge=1, description="A random sample of this many problems (seeded).")
+    seed: int = Field(0, description="Seed of the sample.")
+    strategies: tuple[str, ...] = Field(("target-only", "specreason", "lookahead"), description="Arms: strategy "
+                                        "names, or labels of arms whose strategy is given by --opt "
+                                        "LABEL.strategy=NAME (one strategy with different options).")
     # Per arm: Reasoner keywords (judge, judge_options, gamma, first_target_steps, ...) and,
     # for a label that is not a strategy name, "strategy".
     strategy_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # Run in this order; "latency" alone is one problem at a time (the classic bench).
-    modes: tuple[Mode, ...] = ("latency",)
-    latency_limit: int | None = Field(None, ge=1)  # latency: the first N of the selected problems
-    latency_strategies: tuple[str, ...] | None = None  # latency: these arms (default: all)
-    target: str = BUNDLED_TARGET
-    draft: str = BUNDLED_DRAFT
-    target_spec: str = "draft"
-    draft_spec: str = "none"
-    num_speculative_tokens: int | None = None
-    max_tokens: int = Field(1024, ge=1)
-    max_step_tokens: int = Field(256, ge=1)
-    max_steps: int = Field(64, ge=1)
-    timeout: float | None = Field(None, gt=0)
-    delimiter: str = "\n\n"
-    kv_cache_gib: float = Field(1.0, gt=0)
-    max_model_len: int = Field(4096, ge=256)
-    # Sequences each engine batches; raised to the number of problems for a throughput run.
-    max_num_seqs: int = Field(32, ge=1)
-
-    def budget(self) -> Budget:
-        return Budget(max_steps=self.max_steps, max_tokens=self.max_tokens, max_step_tokens=self.max_step_tokens,
-                      max_seconds=self.timeout)
+    modes: tuple[Mode, ...] = Field(("latency",), description="latency (one problem at a time, arms interleaved), "
+                                    "throughput (per arm, all problems at once; its wall time) or both (throughput "
+                                    "first).")
+    latency_limit: int | None = Field(None, ge=1, description="Latency mode: only the first N selected problems.")
+    latency_strategies: tuple[str, ...] | None = Field(None, description="Latency mode: only these arms (default "
+                                                       "all).")
+    # max_num_seqs (RunSettings) is raised to the number of problems for a throughput run.
 
     def strategy_of(self, label: str) -> str:
         """The strategy an arm runs (a label that is a strategy name is that strategy)."""
@@ -134,8 +119,10 @@ class BenchSpec(BaseModel):
     def throughput_arms(self) -> tuple[str, ...]:
         return self.strategies if "throughput" in self.modes else ()
 
-    def check(self) -> None:
-        """Arms and modes: anything wrong is one clear error, before any model loads."""
+    def check(self) -> dict[str, Reasoner]:
+        """Arms and modes: anything wrong is one clear error, before any model is prepared.
+        Returns each arm's reasoner checked on stand-in engines (:func:`check_reasoner`; the
+        models are checked by :func:`run_bench`, after the data)."""
         names = ", ".join(STRATEGIES)
         if not self.strategies:
             raise ValueError("no strategies to bench; give --strategies")
@@ -174,28 +161,37 @@ class BenchSpec(BaseModel):
                 raise ValueError(f"--latency-strategies must name arms, each once; got "
                                  f"{','.join(self.latency_strategies)!r}")
 
+        return {label: self._named(label, lambda: check_reasoner(self.arm_config(label), models=False))
+                for label in self.strategies}
+
+    def arm_config(self, label: str, max_concurrency: int | None = None) -> ReasonerConfig:
+        """The reasoner an arm runs: the run's engines, budget and delimiter, the arm's options."""
+        options = dict(self.strategy_options.get(label, {}))
+        strategy = options.pop("strategy", label)
+        if max_concurrency is not None:
+            options["max_concurrency"] = max_concurrency
+        return self._named(label, lambda: self.reasoner_config(strategy=strategy, **options))
+
     def reasoners(self, target: Engine, draft: Engine | None, arms: tuple[str, ...] | None = None,
                   max_concurrency: int = 8) -> dict[str, Reasoner]:
-        """One reasoner per arm over the shared engines (errors in options surface here)."""
-        self.check()
-        rules = StepRules(delimiter=self.delimiter)
-        out = {}
-        for label in self.strategies if arms is None else arms:
-            options = dict(self.strategy_options.get(label, {}))
-            strategy = options.pop("strategy", label)
+        """One reasoner per arm over the shared engines."""
+        return {label: Reasoner.from_config(self.arm_config(label, max_concurrency), engines=(target, draft))
+                for label in (self.strategies if arms is None else arms)}
+
+    def _named(self, label: str, make: Any) -> Any:
+        """``make()``, an error naming the arm when its label is not its strategy."""
+        strategy = self.strategy_of(label)
+        try:
+            return make()
+        except ValueError as e:
+            if label == strategy:
+                raise
+            message = f"arm '{label}' ({strategy}): {e}"
             try:
-                out[label] = Reasoner(target, draft, strategy=strategy, rules=rules, budget=self.budget(),
-                                      max_concurrency=max_concurrency, **options)
-            except ValueError as e:
-                if label == strategy:
-                    raise
-                message = f"arm '{label}' ({strategy}): {e}"
-                try:
-                    named = type(e)(message)  # the same kind of error (JudgeError, StrategyError, ...)
-                except Exception:
-                    named = ValueError(message)
-                raise named from e
-        return out
+                named = type(e)(message)  # the same kind of error (JudgeError, StrategyError, ...)
+            except Exception:
+                named = ValueError(message)
+            raise named from e
 
 
 class BenchProgress(Protocol):
@@ -298,8 +294,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         files = RunFiles(run_dir, run_dir / f"results_{stamp}.json")
         saved = {}
 
-    # Everything that can be wrong with the spec fails here, before a model loads.
-    spec.check()
+    # Everything that can be wrong with the spec fails here, before a model is prepared.
+    checked = spec.check()
     dataset = load_dataset(spec.dataset, spec.data_dir, source=spec.source, question_field=spec.question_field,
                            answer_field=spec.answer_field, grader=spec.grader, skip_bad_lines=spec.skip_bad_lines)
     problems = select(dataset.problems, offset=spec.offset, limit=spec.limit, sample=spec.sample, seed=spec.seed)
@@ -307,7 +303,10 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     for p in problems:
         grader.gold(p.reference)  # a reference the grader cannot read fails now, not mid-run
     needs_draft = any(get_strategy(spec.strategy_of(s)).needs_draft for s in spec.strategies)
-    checked = spec.reasoners(_NotLoaded("target"), _NotLoaded("draft") if needs_draft else None)
+    target_config, draft_config = spec.engines()
+    for config in (target_config, draft_config if needs_draft else None) if engines is None else ():
+        if config is not None:
+            check_engine(config)  # an unknown model, before any is prepared and before the run has files
     latency_arms, throughput_arms = spec.latency_arms(), spec.throughput_arms()
     latency_problems = problems[:spec.latency_limit] if spec.latency_limit else problems
 
@@ -363,20 +362,32 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         write_report(run_dir)
         return results
 
-    # Throughput mode serves every problem at once: each engine must batch that many sequences.
+    # Throughput mode serves every problem at once: each in-process engine must batch that many
+    # sequences (a server batches as it was started).
     max_num_seqs = max(spec.max_num_seqs, len(problems)) if throughput_todo else spec.max_num_seqs
+    configs = dict(zip(("target", "draft"), spec.model_copy(update={"max_num_seqs": max_num_seqs}).engines()))
+    configs = {role: c for role, c in configs.items() if c is not None and (role == "target" or needs_draft)}
+    servers = [role for role, c in configs.items() if isinstance(c, OpenAIEngineConfig)]
     if max_num_seqs != spec.max_num_seqs:
-        logger.info("throughput mode: max_num_seqs raised from %d to %d (the number of problems)",
-                    spec.max_num_seqs, max_num_seqs)
+        logger.info("throughput mode: max_num_seqs raised from %d to %d (the number of problems)%s",
+                    spec.max_num_seqs, max_num_seqs,
+                    f"; not for the {' and '.join(servers)} server, which batches as it was started" if servers else "")
     session["max_num_seqs"] = max_num_seqs
     if engines is None:
-        target, draft = build_engines(spec.target, spec.draft, target_spec=spec.target_spec,
-                                      draft_spec=spec.draft_spec, num_speculative_tokens=spec.num_speculative_tokens,
-                                      kv_cache_gib=spec.kv_cache_gib, max_model_len=spec.max_model_len,
-                                      max_num_seqs=max_num_seqs, draft_engine=needs_draft)
-        owned = [e for e in (target, draft) if e is not None]
+        built = build_engines(configs, names={role: c.model for role, c in configs.items()})
+        target, draft = built["target"], built.get("draft")
+        owned = list(built.values())
     else:
         (target, draft), owned = engines, []
+    # Latency mode resets both prefix caches before every solve; an engine that cannot (a
+    # server, unless its backend offers it) is named in the session and the report.
+    resettable = {role: e for role, e in (("target", target), ("draft", draft)) if e is not None}
+    session["prefix_cache_reset"] = {role: hasattr(e, "reset_prefix_cache") for role, e in resettable.items()}
+    for role, ok in session["prefix_cache_reset"].items():
+        if not ok:
+            logger.warning("the %s engine (%s) cannot reset its prefix cache: it carries over between solves, "
+                           "so later solves of a problem may be served from it; compare arms on in-process "
+                           "engines for latency", role, resettable[role].name)
     # The engines are built (models resolved, not loaded yet): from here on the run has files.
     run_dir.mkdir(parents=True, exist_ok=True)
     save("running")
@@ -388,8 +399,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
 
     async def reset_caches() -> None:
         t_reset = time.perf_counter()
-        for engine in (target, draft):
-            if engine is not None and hasattr(engine, "reset_prefix_cache"):
+        for role, engine in resettable.items():
+            if session["prefix_cache_reset"][role]:
                 await engine.reset_prefix_cache()
         session["reset_seconds"] += time.perf_counter() - t_reset
 

@@ -11,12 +11,16 @@ registers it: ``lm_eval.simple_evaluate(model="stepspec", model_args=...)``.
 
 Each request's context is a question; the reasoner solves the batch
 concurrently (the engines batch the steps) and returns the trace's text, cut at
-the first of the request's ``until`` strings. ``model_args``: ``strategy``,
-``target``, ``draft``, ``spec``/``draft_spec`` (token-level speculation),
-``judge``, ``threshold`` (score judge), ``max_tokens``, ``max_step_tokens``,
-``max_steps``, ``delimiter``, ``kv_cache_gib``, ``max_model_len``, and any
-option of the strategy (``gamma``, ``first_target_steps``, ...). The harness's
-``--batch_size`` bounds the problems in flight. Only generation tasks apply:
+the first of the request's ``until`` strings. ``model_args`` are the command line's
+settings, with the same defaults (:class:`orchestrator.config.RunSettings`): ``strategy``,
+``target``, ``draft``, ``spec`` (or ``target_spec``; default ``draft``: the draft model
+drafts the target's tokens, as on the command line; it was ``none`` here before the
+configuration was declared once) and ``draft_spec``, ``num_speculative_tokens``,
+``target_url``/``draft_url`` (OpenAI-compatible servers; the model is then the name they
+serve) and ``api_key_env``, ``judge``, ``threshold`` (score judge), ``max_tokens``,
+``max_step_tokens``, ``max_steps``, ``timeout``, ``delimiter``, ``kv_cache_gib``,
+``max_model_len``, and any option of the strategy (``gamma``, ``first_target_steps``, ...).
+The harness's ``--batch_size`` bounds the problems in flight. Only generation tasks apply:
 a reasoner has no log-likelihoods to give.
 """
 
@@ -28,9 +32,7 @@ from typing import Any
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
-from orchestrator.run import Budget
-from orchestrator.steps import StepRules
+from orchestrator.config import ReasonerConfig, RunSettings
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +43,26 @@ def cut_at(text: str, until: list[str] | tuple[str, ...]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+def reasoner_config(model_args: dict[str, Any], max_concurrency: int | None = None) -> ReasonerConfig:
+    """The reasoner's config for lm-eval's ``model_args`` (see the module's docstring)."""
+    args = dict(model_args)
+    if "spec" in args:
+        args["target_spec"] = args.pop("spec")
+    if isinstance(args.get("delimiter"), str):
+        args["delimiter"] = args["delimiter"].encode().decode("unicode_escape")
+    threshold = args.pop("threshold", None)
+    settings, rest = RunSettings.split(args)
+    judge_options = {} if threshold is None else {"threshold": float(threshold)}
+    return settings.reasoner_config(judge_options=judge_options, **rest,
+                                    **({} if max_concurrency is None else {"max_concurrency": max_concurrency}))
+
+
 @register_model("stepspec")
 class StepspecLM(LM):
-    def __init__(self, strategy: str = "specreason", target: str = BUNDLED_TARGET, draft: str = BUNDLED_DRAFT,
-                 spec: str = "none", draft_spec: str = "none", judge: str | None = None,
-                 threshold: float | None = None, max_tokens: int = 1024, max_step_tokens: int = 256,
-                 max_steps: int = 64, delimiter: str = "\n\n", kv_cache_gib: float = 1.0, max_model_len: int = 4096,
-                 batch_size: int | str | None = None, max_batch_size: int | None = None, device: str | None = None,
-                 reasoner: Any = None, **strategy_options: Any) -> None:
-        """``reasoner``: a :class:`orchestrator.reasoner.Reasoner` you built (e.g. over
-        OpenAI-compatible servers) instead of one from these arguments."""
+    def __init__(self, batch_size: int | str | None = None, max_batch_size: int | None = None,
+                 device: str | None = None, reasoner: Any = None, **model_args: Any) -> None:
+        """``model_args``: see the module's docstring. ``reasoner``: a
+        :class:`orchestrator.reasoner.Reasoner` you built instead of one from them."""
         super().__init__()
         from orchestrator.reasoner import Reasoner
 
@@ -59,15 +71,9 @@ class StepspecLM(LM):
             return
         if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda"):
             raise ValueError(f"stepspec: device {device!r}: vLLM places the models itself; leave --device unset")
-        concurrency = 8 if batch_size in (None, "auto") or str(batch_size).startswith("auto") else int(batch_size)
-        judge_options = {} if threshold is None else {"threshold": float(threshold)}
-        self.reasoner = Reasoner.from_models(
-            target, draft, target_spec=spec, draft_spec=draft_spec, kv_cache_gib=float(kv_cache_gib),
-            max_model_len=int(max_model_len), strategy=strategy, judge=judge, judge_options=judge_options,
-            rules=StepRules(delimiter=delimiter.encode().decode("unicode_escape")),
-            budget=Budget(max_tokens=int(max_tokens), max_step_tokens=int(max_step_tokens), max_steps=int(max_steps)),
-            max_concurrency=concurrency, **strategy_options)
-        self.strategy = strategy
+        auto = batch_size in (None, "auto") or str(batch_size).startswith("auto")
+        config = reasoner_config(model_args, None if auto else int(batch_size))
+        self.reasoner, self.strategy = Reasoner.from_config(config), config.strategy
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         questions = [req.args[0] for req in requests]

@@ -497,10 +497,17 @@ def write_report(run_dir: str | Path) -> Path:
         header, rows = table(results["results"], metrics)
         lines += ["## Latency mode" if "throughput" in modes else "## Per strategy", "", markdown_table(header, rows),
                   ""]
+    def model(role: str, speculation: str) -> str:
+        if config.get(f"{role}_url"):
+            return f"{role} `{config[role]}` served at {config[f'{role}_url']}"
+        return f"{role} `{config[role]}` ({speculation}: {config[f'{role}_spec']})"
+
+    no_reset = sorted({role for s in sessions for role, ok in (s.get("prefix_cache_reset") or {}).items() if not ok})
     lines += [
-        f"Models: target `{config['target']}` (token-level speculation: {config['target_spec']}), "
-        f"draft `{config['draft']}` (token-level: {config['draft_spec']}). Budget: {config['max_tokens']} tokens, "
-        f"{config['max_step_tokens']} per step, {config['max_steps']} steps.",
+        f"Models: {model('target', 'token-level speculation')}, {model('draft', 'token-level')}. Budget: {config['max_tokens']} tokens, "
+        f"{config['max_step_tokens']} per step, {config['max_steps']} steps."
+        + (f" The {' and '.join(no_reset)} engine could not reset its prefix cache (a server): it carried over "
+           "between solves." if no_reset else ""),
         f"Hardware: {hw.get('cpu_count')} CPUs ({hw.get('machine')}), GPU: {hw.get('gpu') or 'none'}. "
         f"Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "platform")
         + f". Git: `{results.get('git_hash')}`.",

@@ -38,14 +38,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common.files import atomic_write_json
-from engine.models import ModelError, resolve_model
+from engine.config import OpenAIEngineConfig, VLLMEngineConfig, build_engine, check_model
+from engine.models import ModelError
 from engine.protocol import Engine, EngineUnavailableError
 from judges.base import JudgeError
 from judges.registry import JUDGES, judge_options
 from orchestrator.prompts import Chat
+from orchestrator.budget import Budget
 from orchestrator.reasoner import Reasoner, check_reasoner
-from orchestrator.run import Budget, ReasoningError
-from orchestrator.steps import StepRules
+from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, StrategyError
 from routers.base import RouterError
 from workflows.agents.agent import Agent
@@ -54,11 +55,9 @@ from workflows.flows.spec import (
     AgentNode,
     LoadedWorkflow,
     MapNode,
-    OpenAIEngineSpec,
     ReasonerSpec,
     ReasonNode,
     ToolNode,
-    VLLMEngineSpec,
     WorkflowError,
     node_references,
     references,
@@ -117,19 +116,13 @@ def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
     (variables not set, when not checked)."""
     notes = []
     for name, e in w.spec.engines.items():
-        if isinstance(e, VLLMEngineSpec):
-            token_drafter = (e.speculative_config or {}).get("model")  # a preset name, like draft_model
-            for where, model in ((("model",), e.model), (("draft_model",), e.draft_model),
-                                 (("speculative_config", "model"), token_drafter)):
-                if model is None:
-                    continue
+        if isinstance(e, VLLMEngineConfig):
+            for where, model in e.models().items():
                 try:
-                    resolve_model(model, auto_prepare=False)
+                    check_model(model)
                 except ModelError as err:
-                    if "is not prepared" in str(err):
-                        continue  # a preset: prepared when the engine starts
                     raise WorkflowError(f"{w.where('engines', name, *where)}: engine '{name}': {err}") from None
-        elif isinstance(e, OpenAIEngineSpec) and e.api_key_env and not os.environ.get(e.api_key_env):
+        elif isinstance(e, OpenAIEngineConfig) and e.api_key_env and not os.environ.get(e.api_key_env):
             message = (f"{w.where('engines', name, 'api_key_env')}: engine '{name}' reads its API key from "
                        f"${e.api_key_env}, which is not set; export it before the run")
             if check_env:
@@ -138,27 +131,13 @@ def check_models(w: LoadedWorkflow, check_env: bool = True) -> list[str]:
     return notes
 
 
-def reasoner_options(r: ReasonerSpec) -> dict[str, Any]:
-    """The keywords ``Reasoner`` takes for a reasoner of the file (engines aside)."""
-    named = {"strategy": r.strategy, "judge": r.judge, "judge_options": r.judge_options or None,
-             "router": r.router, "router_options": r.router_options or None,
-             "rules": StepRules(delimiter=r.delimiter),
-             "budget": Budget(max_tokens=r.budget.max_tokens, max_steps=r.budget.max_steps,
-                              max_step_tokens=r.budget.max_step_tokens, max_seconds=r.budget.timeout)}
-    clash = sorted(set(named) & set(r.options))
-    if clash:
-        raise StrategyError(f"{', '.join(clash)} is not a strategy option; give it as the reasoner's own key "
-                            f"({clash[0]}: ...), not under options")
-    return {**named, **r.options}
-
-
 def check_reasoners(w: LoadedWorkflow) -> None:
     """Each reasoner's strategy, judge, router and their options resolve (with the closest
     valid name), and fit together (a strategy that drafts has a draft engine; one that takes
     no judge is given none), without loading anything but a router file."""
     for name, r in w.spec.reasoners.items():
         try:
-            check_reasoner(r.target, r.draft, **reasoner_options(r))
+            check_reasoner(r.config(w.spec.engines))
         except (ValueError, TypeError) as e:
             raise WorkflowError(f"{_reasoner_error_place(w, name, r, e)}: reasoner '{name}': {e}") from None
 
@@ -223,25 +202,6 @@ def check_inputs(w: LoadedWorkflow, given: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def build_engine(name: str, e: VLLMEngineSpec | OpenAIEngineSpec) -> Engine:
-    if isinstance(e, OpenAIEngineSpec):
-        from engine.openai_backend import OpenAIEngine
-
-        return OpenAIEngine(e.base_url, e.model, name=name, api_key_env=e.api_key_env, timeout_s=e.timeout_s,
-                            max_model_len=e.max_model_len, tokenizer=e.tokenizer)
-    from engine.speculation import speculative_config
-    from engine.vllm_backend import VLLMEngine
-
-    spec_config = e.speculative_config
-    if e.speculation is not None:
-        spec_config = speculative_config(e.speculation,
-                                         draft_model=resolve_model(e.draft_model) if e.draft_model else None)
-    elif spec_config and "model" in spec_config:  # a preset name for the token drafter
-        spec_config = {**spec_config, "model": resolve_model(spec_config["model"])}
-    return VLLMEngine(resolve_model(e.model), name=name, dtype=e.dtype, kv_cache_gib=e.kv_cache_gib,
-                      max_model_len=e.max_model_len, speculative_config=spec_config)
-
-
 class WorkflowRun:
     """The objects a workflow file describes, built (engines not yet started)."""
 
@@ -259,8 +219,8 @@ class WorkflowRun:
             self.system_prompts[name] = (w.read_prompt_file(r.system_prompt_file) if r.system_prompt_file
                                          else r.system_prompt)
             try:
-                self.reasoners[name] = Reasoner(engines[r.target], engines[r.draft] if r.draft else None,
-                                                **reasoner_options(r))
+                self.reasoners[name] = Reasoner.from_config(
+                    r.config(s.engines), engines=(engines[r.target], engines[r.draft] if r.draft else None))
             except (ValueError, TypeError) as e:
                 raise WorkflowError(f"{_reasoner_error_place(w, name, r, e)}: reasoner '{name}': {e}") from None
         self.tools: dict[str, Tool] = load_tools(w)
@@ -561,6 +521,13 @@ def workflow_digest(w: LoadedWorkflow) -> str:
     for engine in (spec.get("engines") or {}).values():
         for key in ("base_url", "timeout_s", "api_key_env"):
             engine.pop(key, None)
+        if engine.get("max_num_seqs") == VLLMEngineConfig.model_fields["max_num_seqs"].default:
+            del engine["max_num_seqs"]  # newer than the first records: at its default, left out as then
+    for r in (spec.get("reasoners") or {}).values():  # the budget as files spell it (and records did)
+        budget, default = r["budget"], Budget().model_dump(mode="json")
+        r["budget"] = {"max_tokens": budget["max_tokens"], "max_steps": budget["max_steps"],
+                       "max_step_tokens": budget["max_step_tokens"], "timeout": budget["max_seconds"],
+                       **{k: v for k, v in budget.items() if k == "max_cut_steps" and v != default[k]}}
     prompts = {name: w.read_prompt_file(r.system_prompt_file)
                for name, r in w.spec.reasoners.items() if r.system_prompt_file}
     text = json.dumps({"spec": spec, "system_prompt_files": prompts}, sort_keys=True, default=str)

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Mapping, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from common.names import closest
+from engine.config import EngineConfig
+from orchestrator.config import ReasonerConfig, ReasonerSettings
 
 REF = re.compile(r"\$\{([A-Za-z_][\w-]*)\.([A-Za-z_]\w*)\}|\$\{(item)\}")
 NODE_FIELDS = ("output", "text", "answer")  # what ${node.FIELD} may read
@@ -49,80 +51,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# -- engines -------------------------------------------------------------------------
+# -- reasoners (engines are engine.config's EngineConfig), tools, agents -------------------
 
 
-class VLLMEngineSpec(_Strict):
-    backend: Literal["vllm"]
-    model: str = Field(description="Model preset (stepspec models list), local folder or hub id.")
-    dtype: str = "auto"
-    kv_cache_gib: float = Field(1.0, gt=0)
-    max_model_len: int = Field(4096, ge=256)
-    speculative_config: dict[str, Any] | None = Field(
-        None, description="Passed to vLLM as it is (e.g. {method: ngram, num_speculative_tokens: 3}).")
-    speculation: Literal["none", "ngram", "suffix", "draft"] | None = Field(
-        None, description="Shorthand for speculative_config; 'draft' uses draft_model.")
-    draft_model: str | None = Field(None, description="Token-level drafter for speculation: draft.")
+class ReasonerSpec(ReasonerSettings):
+    """A reasoner of the file: the settings of :class:`orchestrator.config.ReasonerSettings`
+    (strategy, options, judge, router, budget, delimiter), its engines by name, and the
+    system prompt of its reasoning chat."""
 
-    @model_validator(mode="after")
-    def _one_speculation(self) -> "VLLMEngineSpec":
-        if self.speculative_config is not None and self.speculation is not None:
-            raise ValueError("give speculative_config or speculation, not both")
-        if self.speculation == "draft" and not self.draft_model:
-            raise ValueError("speculation: draft needs draft_model (the model that drafts tokens)")
-        return self
-
-
-class OpenAIEngineSpec(_Strict):
-    backend: Literal["openai"]
-    base_url: str = Field(description="The server's OpenAI-compatible URL, e.g. http://127.0.0.1:8000/v1.")
-    model: str = Field(description="The model name the server serves.")
-    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key.")
-    tokenizer: str | None = None
-    max_model_len: int | None = None
-    timeout_s: float = Field(120.0, gt=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_literal_key(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "api_key" in data:
-            raise ValueError("a literal api_key does not belong in a workflow file; put the key in an "
-                             "environment variable and name it with api_key_env: OPENAI_API_KEY")
-        return data
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError(f"api_key_env must name an environment variable (like OPENAI_API_KEY), not {v[:4]}...; "
-                             "never put the key itself in the file")
-        return v
-
-
-EngineSpec = Annotated[Union[VLLMEngineSpec, OpenAIEngineSpec], Field(discriminator="backend")]
-
-
-# -- reasoners, tools, agents ----------------------------------------------------------
-
-
-class BudgetSpec(_Strict):
-    max_tokens: int = Field(1024, ge=1)
-    max_steps: int = Field(64, ge=1)
-    max_step_tokens: int = Field(256, ge=1)
-    timeout: float | None = Field(None, gt=0)
-
-
-class ReasonerSpec(_Strict):
     target: str = Field(description="Engine name.")
     draft: str | None = Field(None, description="Engine name (strategies that draft steps).")
-    strategy: str = "specreason"
-    judge: str | None = None
-    judge_options: dict[str, Any] = Field(default_factory=dict)
-    router: str | None = Field(None, description="arbitrage: 'threshold' or a router file.")
-    router_options: dict[str, Any] = Field(default_factory=dict)
-    options: dict[str, Any] = Field(default_factory=dict, description="Strategy options (gamma, ...).")
-    budget: BudgetSpec = Field(default_factory=BudgetSpec)
-    delimiter: str = "\n\n"
     system_prompt: str | None = Field(None, description="Inline system prompt of the reasoning chat.")
     system_prompt_file: str | None = Field(None, description="A file holding it (relative to the YAML file).")
 
@@ -131,6 +69,11 @@ class ReasonerSpec(_Strict):
         if self.system_prompt is not None and self.system_prompt_file is not None:
             raise ValueError("give system_prompt or system_prompt_file, not both")
         return self
+
+    def config(self, engines: Mapping[str, EngineConfig]) -> ReasonerConfig:
+        """The reasoner's :class:`orchestrator.config.ReasonerConfig`, its engines from ``engines``."""
+        return ReasonerConfig(target=engines[self.target], draft=engines[self.draft] if self.draft else None,
+                              **{name: getattr(self, name) for name in ReasonerSettings.model_fields})
 
 
 class ToolSpec(_Strict):
@@ -227,7 +170,7 @@ class WorkflowGraph(_Strict):
 
 class WorkflowFile(_Strict):
     version: Literal[1] = 1
-    engines: dict[str, EngineSpec] = Field(default_factory=dict)
+    engines: dict[str, EngineConfig] = Field(default_factory=dict)
     reasoners: dict[str, ReasonerSpec] = Field(default_factory=dict)
     allowed_modules: list[str] = Field(default_factory=list, description="Modules tools may come from.")
     tools: dict[str, ToolSpec] = Field(default_factory=dict)

@@ -30,16 +30,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET
 from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl
 from engine.exclusive import TurnTaking
 from engine.protocol import Engine
+from engine.config import build_engines
 from judges.registry import make_judge
 from orchestrator.arbitrage import arbitrage_oracle
-from orchestrator.reasoner import build_engines
-from orchestrator.run import Budget, ReasoningError
+from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.reasoner import check_reasoner
+from orchestrator.run import ReasoningError
 from orchestrator.steps import StepRules
 from routers.base import RoutingExample
 from workflows.eval.rundir import git_hash, hardware, versions
@@ -55,29 +56,25 @@ class CollectError(ValueError):
     """A collection cannot start or resume; the message names the problem and the fix."""
 
 
-class CollectSpec(BaseModel):
-    """What a collection is (saved in collect.json; a resumed run must match it)."""
+class CollectSpec(RunSettings):
+    """What a collection is (saved in collect.json; a resumed run must match it): the
+    problems, the judge that rates both candidates, and the models, budget and delimiter
+    (:class:`orchestrator.config.RunSettings`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str = Field("gsm-symbolic", description="gsm-symbolic (generated, offline) or a JSONL file of your own "
+                        "(never an evaluation set).")
+    num_problems: int = Field(200, ge=1, description="Training problems to collect.")
+    seed: int = Field(0, description="Seed of the generated problems.")
+    question_field: str | None = Field(None, description="JSONL: field holding the question.")
+    answer_field: str | None = Field(None, description="JSONL: field holding the reference answer.")
+    data_dir: str | None = Field(None, description="Folder with the evaluation sets (checked for overlap).")
+    judge: str = Field("score", description="Judge that rates each candidate step (must give a score).")
+    judge_options: dict[str, Any] = Field(default_factory=dict, description="Any judge option.")
 
-    source: str = "gsm-symbolic"
-    num_problems: int = Field(200, ge=1)
-    seed: int = 0
-    question_field: str | None = None
-    answer_field: str | None = None
-    data_dir: str | None = None
-    target: str = BUNDLED_TARGET
-    draft: str = BUNDLED_DRAFT
-    target_spec: str = "draft"
-    draft_spec: str = "none"
-    judge: str = "score"
-    judge_options: dict[str, Any] = Field(default_factory=dict)
-    max_tokens: int = Field(1024, ge=1)
-    max_step_tokens: int = Field(256, ge=1)
-    max_steps: int = Field(64, ge=1)
-    delimiter: str = "\n\n"
-    kv_cache_gib: float = Field(1.0, gt=0)
-    max_model_len: int = Field(4096, ge=256)
+    def reasoner_config(self, **settings: Any) -> ReasonerConfig:
+        """The collection's reasoner: ``arbitrage-oracle`` with the spec's judge."""
+        return super().reasoner_config(strategy="arbitrage-oracle", judge=self.judge,
+                                       judge_options=self.judge_options, **settings)
 
 
 @dataclass(frozen=True)
@@ -167,10 +164,11 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
             diff = {k: (v, getattr(spec, k)) for k, v in saved.model_dump().items() if getattr(spec, k) != v}
             raise CollectError(f"{out_dir} holds a collection with another config ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
                                "use the same options to continue it, or another --output-dir")
+    config = spec.reasoner_config()
+    check_reasoner(config)  # the judge, its options and the models, before any model is prepared
     problems = training_problems(spec)
     grader = get_grader("numeric")
-    rules = StepRules(delimiter=spec.delimiter)
-    budget = Budget(max_steps=spec.max_steps, max_tokens=spec.max_tokens, max_step_tokens=spec.max_step_tokens)
+    rules, budget = StepRules(delimiter=config.delimiter), config.budget
     finished = _read_jsonl_ids(files.problems, "problem_id")
     todo = [p for p in problems if f"{spec.source}:{spec.seed}:{p.index}" not in finished]
     files.directory.mkdir(parents=True, exist_ok=True)
@@ -187,9 +185,9 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
     if not todo:
         return summary(files)
     if engines is None:
-        target, draft = build_engines(spec.target, spec.draft, target_spec=spec.target_spec,
-                                      draft_spec=spec.draft_spec, kv_cache_gib=spec.kv_cache_gib,
-                                      max_model_len=spec.max_model_len)
+        built = build_engines({"target": config.target, "draft": config.draft},
+                              names={"target": spec.target, "draft": spec.draft})
+        target, draft = built["target"], built["draft"]
         owned = [target, draft]
     else:
         (target, draft), owned = engines, []

@@ -1,0 +1,111 @@
+"""A reasoner's configuration, declared once; every entry point builds one.
+
+* :class:`ReasonerSettings`: what a reasoner does, its engines aside: strategy and its
+  options, judge, router, budget, delimiter (a YAML reasoner takes these same keys).
+* :class:`ReasonerConfig`: those and its two engines (:data:`engine.config.EngineConfig`).
+  ``Reasoner.from_config(config)`` checks it (:func:`orchestrator.reasoner.check_reasoner`:
+  unknown names with the closest valid one, bad option values, a strategy without the
+  draft it needs, an unknown model) before any model is prepared or loaded, then builds
+  the engines and the reasoner.
+* :class:`RunSettings`: the flat settings the front ends take (``stepspec solve``,
+  ``bench`` and ``router collect`` flags, lm-eval's model_args, bench and collect specs):
+  the engine pair (:class:`engine.config.EnginePair`), the budget flags and the delimiter;
+  :meth:`RunSettings.reasoner_config` makes the reasoner's config of them.
+
+Every default is written once: here, in :mod:`engine.config`, or in
+:class:`orchestrator.budget.Budget`; the command line's defaults and help come from
+these fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.config import EngineConfig, EnginePair, like
+from judges.registry import JUDGES
+from orchestrator.budget import Budget
+from orchestrator.strategies import STRATEGIES
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReasonerSettings(_Config):
+    """What a reasoner does, its engines aside."""
+
+    strategy: str = Field("specreason", description=f"{', '.join(STRATEGIES)}.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Strategy options (gamma, ...).")
+    judge: str | None = Field(None, description=f"{', '.join(JUDGES)} (default: the strategy's).")
+    judge_options: dict[str, Any] = Field(default_factory=dict, description="The judge's options (threshold, ...).")
+    router: str | None = Field(None, description="arbitrage: 'threshold' or a router file from "
+                               "`stepspec router train`.")
+    router_options: dict[str, Any] = Field(default_factory=dict, description="The router's options (tau, ...).")
+    budget: Budget = Field(default_factory=Budget, description="Limits of each trace.")
+    delimiter: str = Field("\n\n", description="Step delimiter.")
+
+    @field_validator("options", "judge_options", "router_options", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+def _default_engines() -> tuple[Any, Any]:
+    return EnginePair().engines()
+
+
+class ReasonerConfig(ReasonerSettings):
+    """A whole reasoner: its settings and its two engines (default: the bundled pair, the
+    0.5B drafting the 1.5B's tokens as well)."""
+
+    target: EngineConfig = Field(default_factory=lambda: _default_engines()[0], description="The target's engine.")
+    draft: EngineConfig | None = Field(default_factory=lambda: _default_engines()[1],
+                                       description="The draft's engine (strategies that draft steps).")
+    max_concurrency: int = Field(8, ge=1, description="Problems in flight at once (solve_many).")
+
+    @classmethod
+    def from_keywords(cls, **keywords: Any) -> "ReasonerConfig":
+        """A config from ``Reasoner``-style keywords: the config's own fields by name, any
+        other keyword a strategy option (``gamma=3``)."""
+        own = {k: v for k, v in keywords.items() if k in cls.model_fields and k != "options"}
+        extra = {k: v for k, v in keywords.items() if k not in own}
+        return cls(**own, options={**(own.pop("options", None) or {}), **extra})
+
+
+class BudgetFlags(_Config):
+    """The budget as flags and spec keys spell it (``timeout`` for ``max_seconds``)."""
+
+    max_tokens: int = like(Budget, "max_tokens", description="Token budget of a trace.")
+    max_step_tokens: int = like(Budget, "max_step_tokens", description="Token cap of one step.")
+    max_steps: int = like(Budget, "max_steps", description="Step budget of a trace.")
+    timeout: float | None = like(Budget, "max_seconds", description="Wall-clock budget of a trace, seconds.")
+
+    @model_validator(mode="after")
+    def _valid(self) -> "BudgetFlags":
+        self.budget()  # a bad value fails here, with the budget's own message
+        return self
+
+    def budget(self) -> Budget:
+        return Budget(max_tokens=self.max_tokens, max_step_tokens=self.max_step_tokens, max_steps=self.max_steps,
+                      max_seconds=self.timeout)
+
+
+class RunSettings(EnginePair, BudgetFlags):
+    """The flat settings every front end takes: the engine pair, the budget, the delimiter."""
+
+    delimiter: str = like(ReasonerSettings, "delimiter")
+
+    def reasoner_config(self, **settings: Any) -> ReasonerConfig:
+        """The reasoner's config: these engines, budget and delimiter, and ``settings``
+        (``Reasoner`` keywords: strategy, judge, ..., strategy options)."""
+        target, draft = self.engines()
+        return ReasonerConfig.from_keywords(target=target, draft=draft, budget=self.budget(),
+                                            delimiter=self.delimiter, **settings)
+
+    @classmethod
+    def split(cls, keywords: Mapping[str, Any]) -> tuple["RunSettings", dict[str, Any]]:
+        """(the run settings among ``keywords``, the rest)."""
+        mine = {k: v for k, v in keywords.items() if k in cls.model_fields}
+        return cls(**mine), {k: v for k, v in keywords.items() if k not in mine}

@@ -1,0 +1,121 @@
+"""The driver: the shell every strategy shares, around the one thing each does its own way.
+
+A strategy is a *policy*: given the trace so far, write the next step(s). The
+driver owns everything else, the same way for every strategy:
+
+1. start: the :class:`TraceRun` (engines counted per trace, the governor entered);
+2. the loop on the stop reason: while :meth:`TraceRun.stop_reason` is None (no step
+   ended the trace, no budget is spent), ``await policy.step(run)``;
+3. thinking: a step that closed ``</think>`` stops the loop; the policy's
+   ``answerer`` writes the answer after it (:meth:`TraceRun.write_answer`);
+4. errors: an :class:`EngineError` becomes a :class:`ReasoningError` holding the
+   trace so far (stop reason ``error``); ``policy.close()`` runs however it ends;
+5. finish: the :class:`Trace` and its stats, with ``policy.search()`` (what a search
+   explored beside the chosen steps).
+
+A step policy calls ``run.write`` (a model writes a step), ``run.judge``, and
+``run.keep`` (the step joins the trace). A search policy (tree, best-of-n) is the
+same shape: its one ``step`` searches, keeps the chosen steps and ``run.end``-s the
+trace with the search's stop reason.
+
+Options: each strategy declares its own as a :class:`StrategyOptions` model (frozen,
+unknown names refused), one default and constraint per field; :meth:`StrategyOptions.parse`
+turns a bad name or value into a :class:`StrategyError` naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from common.names import did_you_mean
+from engine.protocol import Engine, EngineError
+from orchestrator.budget import Budget
+from orchestrator.goodput import GoodputGovernor
+from orchestrator.run import ReasoningError, TraceRun
+from orchestrator.steps import StepRules
+from orchestrator.trace import Author, StepRecord, StopReason, Trace
+
+
+class StrategyError(ValueError):
+    """An unknown strategy, or options it does not take."""
+
+
+class StrategyOptions(BaseModel):
+    """A strategy's own options (none here: subclasses declare theirs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def parse(cls, strategy: str, options: Mapping[str, Any]) -> Self:
+        """The options of ``strategy``: an unknown name (with the closest one) or a bad
+        value (naming the option) is a :class:`StrategyError`."""
+        names = list(cls.model_fields)
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise StrategyError(f"strategy '{strategy}' has no option {', '.join(unknown)}; it takes: "
+                                f"{', '.join(names) or 'no options'}.{did_you_mean(unknown[0], names)}")
+        try:
+            return cls(**options)
+        except ValidationError as e:
+            problems = []
+            for err in e.errors():
+                message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
+                where = f"option {err['loc'][0]}" if err["loc"] else "options"
+                got = f" (got {err['input']!r})" if err["loc"] else ""
+                problems.append(f"{where}: {message}{got}")
+            raise StrategyError(f"strategy '{strategy}' {'; '.join(problems)}") from None
+
+
+class Policy:
+    """What one strategy does: write the next step(s) of a trace. Subclasses set
+    ``name`` (the trace's strategy) and define :meth:`step`."""
+
+    name: str
+    answerer: Author = Author.TARGET  # who writes the answer after </think>
+
+    async def step(self, run: TraceRun) -> None:
+        """Write the next step(s): ``run.keep`` them (a search: keep its chosen steps and ``run.end``)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """The trace stopped (however): drop work still in flight."""
+
+    def search(self) -> dict[str, Any] | None:
+        """What a search explored beside the chosen steps (``Trace.search``)."""
+        return None
+
+
+async def drive(policy: Policy, question: str, engines: Mapping[str, Engine | None], *,
+                rules: StepRules = StepRules(), budget: Budget = Budget(),
+                on_step: Callable[[StepRecord], None] | None = None,
+                governor: GoodputGovernor | None = None) -> Trace:
+    """One trace of ``question`` written by ``policy`` over ``engines`` (by role; None: absent)."""
+    run = TraceRun(question, policy.name, rules, budget, {r: e for r, e in engines.items() if e is not None},
+                   on_step, governor)
+    try:
+        await run.open()
+        while (stop := run.stop_reason()) is None:
+            await policy.step(run)
+        if stop is StopReason.THINKING:
+            stop = await run.write_answer(policy.answerer)
+    except EngineError as e:
+        raise ReasoningError(f"{policy.name}: {e}", run.finish(StopReason.ERROR, error=str(e))) from e
+    finally:
+        await policy.close()
+        run.leave()  # any other failure too: the governor's count of traces in flight stays right
+    return run.finish(stop, search=policy.search())
+
+
+SHARED = ("rules", "budget", "on_step")  # what every strategy passes on to the driver
+
+
+def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A strategy's keywords as (the driver's: rules, budget, on_step; the strategy's options)."""
+    return ({k: v for k, v in keywords.items() if k in SHARED}, {k: v for k, v in keywords.items() if k not in SHARED})
+
+
+def backoff_governor(backoff: bool, governor: GoodputGovernor | None) -> GoodputGovernor | None:
+    """The governor of a strategy that backs off under load: the shared one, else its own."""
+    return (governor or GoodputGovernor()) if backoff else None
