@@ -21,7 +21,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
-from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
 from orchestrator.run import TraceRun
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import find_answer, split_steps
@@ -104,11 +104,10 @@ async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engin
                     sampler: str = "draft", **options: Any) -> Trace:
     """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
-    if sampler == "draft" and draft is None:
-        raise ValueError("best-of-n with sampler 'draft' needs a draft engine")
+    author = sampler_author("best-of-n", sampler, draft)
     shared, options = split_shared(options)
-    name = "best-of-n" if sampler == "draft" else "best-of-n-target"
-    policy = BestOfN(judge, BestOfNOptions.parse(name, options), Author(sampler))
+    name = "best-of-n" if author is Author.DRAFT else "best-of-n-target"
+    policy = BestOfN(judge, BestOfNOptions.parse(name, options), author)
     return await drive(policy, question, {"target": target, "draft": draft}, **shared)
 
 

@@ -116,6 +116,15 @@ def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return ({k: v for k, v in keywords.items() if k in SHARED}, {k: v for k, v in keywords.items() if k not in SHARED})
 
 
+def sampler_author(strategy: str, who: str, draft: Engine | None) -> Author:
+    """Who samples a search strategy's candidates ("draft", or "target" for its ``-target`` twin)."""
+    if who not in ("draft", "target"):
+        raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
+    if who == "draft" and draft is None:
+        raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
+    return Author(who)
+
+
 def backoff_governor(backoff: bool, governor: GoodputGovernor | None) -> GoodputGovernor | None:
     """The governor of a strategy that backs off under load: the shared one, else its own."""
     return (governor or GoodputGovernor()) if backoff else None

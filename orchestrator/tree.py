@@ -35,7 +35,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
-from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
 from orchestrator.run import TraceRun
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
@@ -177,13 +177,10 @@ async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | N
                proposer: str = "draft", **options: Any) -> Trace:
     """``options``: :class:`TreeOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``proposer``: who samples the candidates ("target": the ``tree-target`` baseline)."""
-    if proposer not in ("draft", "target"):
-        raise ValueError(f"proposer must be 'draft' or 'target', got {proposer!r}")
-    if proposer == "draft" and draft is None:
-        raise ValueError("tree search with proposer 'draft' needs a draft engine")
+    author = sampler_author("tree", proposer, draft)
     shared, options = split_shared(options)
-    name = "tree" if proposer == "draft" else "tree-target"
-    policy = TreeSearch(judge, TreeOptions.parse(name, options), Author(proposer))
+    name = "tree" if author is Author.DRAFT else "tree-target"
+    policy = TreeSearch(judge, TreeOptions.parse(name, options), author)
     return await drive(policy, question, {"target": target, "draft": draft}, **shared)
 
 

@@ -193,6 +193,19 @@ def test_a_strategy_called_directly_checks_its_options_the_same_way():
         asyncio.run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=None, gama=1))
 
 
+
+def test_search_strategies_check_who_samples_before_any_engine_call():
+    from orchestrator.best_of_n import best_of_n
+    from orchestrator.tree import tree
+
+    target = script(*TARGET_STEPS)
+    with pytest.raises(ValueError, match="tree: the sampler must be 'draft' or 'target', got 'beam'"):
+        asyncio.run(tree(Q, target=target, judge=None, draft=target, proposer="beam"))
+    with pytest.raises(ValueError, match="best-of-n with the draft sampling needs a draft engine"):
+        asyncio.run(best_of_n(Q, target=target, judge=None))
+    assert target.num_calls == 0
+
+
 # -- the driver -------------------------------------------------------------------------------
 
 
