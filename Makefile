@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM ?= false
 IOMP = $(abspath $(wildcard $(VENV)/lib/libiomp5.so))
 RUN_FAST = $(if $(IOMP),LD_PRELOAD=$(IOMP))
 
-.PHONY: setup demo test test-fast bench bench-tokens router bench-router bench-tree
+.PHONY: setup demo test test-fast bench bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -86,11 +86,18 @@ router: setup
 bench-router: router
 	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,arbitrage,arbitrage-oracle --router runs/router.pt --output-dir runs/gsm8k30-router
 
-# Speculative tree search and best-of-n against their target-only twins (same k, beam,
-# depth; same n) on the first 20 GSM8K test problems; suffix decoding inside the target
-# reuses the text of sibling branches.
+# Speculative tree search and best-of-n on the likelihood verifier against their target-only
+# twins (same k, beam, depth; same n, temperature 0.7) on the first 100 GSM8K test problems
+# (throughput: accuracy, paired) and latency on the first 30; resumable like `make bench`
+# (it takes many hours on this CPU: run it again to go on).
+TREE_DIR ?= benchmarks/measured/gsm8k100_tree_cpu
+TREE_ARMS = --strategies tree,tree-target,best-of-n,best-of-n-target \
+	$(foreach arm,tree tree-target,--opt $(arm).k=3 --opt $(arm).beam=2) \
+	$(foreach arm,best-of-n best-of-n-target,--opt $(arm).n=5 --opt $(arm).temperature=0.7)
 bench-tree: setup
-	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 20 --spec suffix --max-tokens 512 \
-		--strategies tree,tree-target,best-of-n,best-of-n-target \
-		--opt tree.k=3 --opt tree.beam=2 --opt tree-target.k=3 --opt tree-target.beam=2 \
-		--opt best-of-n.n=5 --opt best-of-n-target.n=5 --output-dir benchmarks/measured/gsm8k20_tree_cpu
+	$(call bench_run,$(TREE_DIR),$(TREE_ARMS))
+
+# Token-level speculation across sibling samples (STAND's idea) inside tree-target and
+# best-of-n-target at temperature 0.7: suffix decoding and the draft model against none.
+bench-siblings: setup
+	$(RUN_FAST) $(VENV)/bin/python benchmarks/sibling_speculation.py --json benchmarks/measured/siblings_gsm8k_cpu/siblings.json

@@ -158,14 +158,20 @@ async def main(args) -> dict:
     return report
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def pair_arguments(doc: str, problems: int, max_tokens: int) -> argparse.ArgumentParser:
+    """The options every pair benchmark takes: models, GSM8K problems, tokens, data, JSON out."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default=BUNDLED_TARGET)
     parser.add_argument("--draft", default=BUNDLED_DRAFT)
-    parser.add_argument("--problems", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--num-speculative-tokens", type=int, default=None)
-    parser.add_argument("--judge-context-tokens", type=int, default=300)
+    parser.add_argument("--problems", type=int, default=problems, help="the first N GSM8K test problems")
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--json", default=None, help="Also write the numbers to this JSON file.")
+    return parser
+
+
+if __name__ == "__main__":
+    parser = pair_arguments(__doc__, problems=3, max_tokens=128)
+    parser.add_argument("--num-speculative-tokens", type=int, default=None)
+    parser.add_argument("--judge-context-tokens", type=int, default=300)
     asyncio.run(main(parser.parse_args()))

@@ -476,7 +476,7 @@ class OpenAIEngine:
                    "add_generation_prompt": add_generation_prompt and not continue_final_message,
                    "continue_final_message": continue_final_message}
         ids = [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
-        text = await self._decode(ids)
+        text = await self.adecode(ids)
         if await self._aencode(text) != ids:
             raise EngineError(f"engine '{self.name}': the chat template the server renders does not survive a "
                               "detokenize/tokenize round trip, so its text cannot be recovered exactly; pass "
@@ -493,7 +493,7 @@ class OpenAIEngine:
         payload = {"model": self.model, "prompt": text, "add_special_tokens": False}
         return [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
 
-    async def _decode(self, ids: Sequence[int]) -> str:
+    async def adecode(self, ids: Sequence[int]) -> str:
         """Text of a token id sequence: local tokenizer, else ``/detokenize``."""
         if self._tokenizer is not None:
             return self._tokenizer.decode(list(ids))
@@ -504,7 +504,7 @@ class OpenAIEngine:
         """Text of each token id decoded alone (cached: the vocabulary bounds it)."""
         missing = sorted(t for t in token_ids if t not in self._token_texts)
         if missing:
-            texts = await _gather_or_cancel([self._decode([t]) for t in missing])
+            texts = await _gather_or_cancel([self.adecode([t]) for t in missing])
             self._token_texts.update(zip(missing, texts))
         return {t: self._token_texts[t] for t in token_ids}
 
@@ -518,7 +518,7 @@ class OpenAIEngine:
         context = context[-4:]
         for num_ctx in range(1, len(context) + 1):
             ctx = context[-num_ctx:]
-            full = await self._decode([*ctx, token_id])
+            full = await self.adecode([*ctx, token_id])
             if full.endswith(_REPLACEMENT_CHAR):
                 continue
             clean_end = len(ctx)
@@ -526,7 +526,7 @@ class OpenAIEngine:
                 if not singles.get(ctx[j], _REPLACEMENT_CHAR).endswith(_REPLACEMENT_CHAR):
                     break
                 clean_end = j
-            clean_prefix = await self._decode(ctx[:clean_end]) if clean_end > 0 else ""
+            clean_prefix = await self.adecode(ctx[:clean_end]) if clean_end > 0 else ""
             if full.startswith(clean_prefix):
                 return full[len(clean_prefix) :]
             return full[len(os.path.commonprefix([clean_prefix, full])) :]

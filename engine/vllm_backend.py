@@ -311,6 +311,9 @@ class VLLMEngine:
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)
 
+    async def adecode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids))
+
     # -- generation ----------------------------------------------------------------
 
     def _prompt_ids(self, prompt: Prompt) -> list[int]:

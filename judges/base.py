@@ -46,6 +46,12 @@ class StepCandidate:
     draft_token_ids: tuple[int, ...] = ()
     draft_token_logprobs: tuple[float, ...] = ()
     draft_token_texts: tuple[str, ...] = ()
+    # For a sampling verifier (speculative sampling): the temperature the step was sampled
+    # at and is to be tested at (0: test it by the per-token rules), the draft's top
+    # alternatives per token as (token id, raw logprob), and a seed for the verifier's draws.
+    temperature: float = 0.0
+    draft_token_tops: tuple[tuple[tuple[int, float], ...], ...] = ()
+    seed: int | None = None
 
     def opening_chat(self) -> list[dict[str, str]]:
         if self.opening_messages:
@@ -60,6 +66,7 @@ class CutRule(str, enum.Enum):
     RANK = "rank"  # the token is not among the target's max_rank most likely
     CONTRAST = "contrast"  # target logprob minus draft logprob is under the contrast bound
     MATH_RANK = "math_rank"  # a token with a digit or operator outside the target's math_max_rank
+    RATIO = "ratio"  # a sampled token that lost the draw min(1, p_target / p_draft)
 
     def __str__(self) -> str:  # pragma: no cover - cosmetic
         return self.value
@@ -77,13 +84,17 @@ class TokenCut:
     draft_logprob: float | None  # the draft's own logprob of it (None: not known)
     rank: int  # its rank among the target's choices (1: the target's greedy token)
     rule: CutRule
-    target_token_id: int  # the target's top-1 token at that position
+    target_token_id: int  # the target's token at that position: its top-1, or the one resampled
     kept_text: str  # the text of the kept drafted tokens
+    # Sampling verifier: the text of the token resampled at the cut; the target writes on
+    # after it (None: the target writes from the cut, its own greedy token first).
+    resampled_text: str | None = None
 
     def to_dict(self) -> dict:
         return {"offset": self.offset, "token": self.token, "target_logprob": self.target_logprob,
                 "draft_logprob": self.draft_logprob, "rank": self.rank, "rule": self.rule.value,
-                "target_token_id": self.target_token_id, "kept_text": self.kept_text}
+                "target_token_id": self.target_token_id, "kept_text": self.kept_text,
+                **({"resampled_text": self.resampled_text} if self.resampled_text is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,9 @@ class Verdict:
     # A token-level verifier's cut of a rejected step: keep its plausible prefix. None:
     # the whole step is accepted or rejected.
     cut: TokenCut | None = None
+    # A token-level verifier's share of the step's tokens that break no rule (1.0: none
+    # does), over the whole step, not only up to the cut. None: not a token-level verdict.
+    plausible: float | None = None
 
 
 @runtime_checkable

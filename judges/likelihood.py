@@ -33,21 +33,39 @@ Had the draft written "She eats 3 and bakes 4, so 16 - 3 - 4 = 9 eggs remain."
 with every token above -5 and every digit and operator the target's top
 choice, the step is accepted as drafted.
 
+Sampled steps (``sampled="ratio"``, the default, for a step a strategy samples at
+temperature T > 0 and asks to have tested at T: best-of-n's) get speculative
+sampling's test instead of the rules (Leviathan et al., 2023; Chen et al., 2023):
+drafted token x is kept with probability min(1, p(x)/q(x)), p and q the target's
+and the draft's distributions at T; at the first token lost, the target's token
+is drawn from max(0, p - q), normalized, and the target writes on from it,
+sampling at T. Done exactly, the text then follows the target's own sampling
+distribution. *The top-k approximation:* p and q are known only over the tokens
+each model reports (its ``top_k`` and the drafted token) and are renormalized over
+them, so each is off by the tempered mass outside its top_k (m_p, m_q); the
+tokens written are off from the target's distribution by at most about m_p + m_q
+in total variation, per token. Tempering at T < 1 shrinks those masses; a larger
+``top_k`` shrinks them further.
+
 The verdict's ``score`` is the lowest target logprob of the step's tokens (0 for
-an empty step): how implausible its worst token is.
+an empty step): how implausible its worst token is; its ``plausible`` is the share
+of the step's tokens that break no rule (all of them, past the cut too; under the
+ratio test, the share kept): what a search ranks candidates by (``tree``) and
+weighs a vote with (``best-of-n``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import ClassVar, Sequence
+import random
+from typing import ClassVar, Literal, Sequence
 
 from pydantic import Field, model_validator
 
 from common.options import Configured
 from engine.protocol import Engine
-from engine.types import ContinuationRequest
+from engine.types import ContinuationRequest, ScoredToken
 from judges.base import CutRule, JudgeError, JudgeOptions, StepCandidate, TokenCut, Verdict
 
 # A token whose text holds a digit or an arithmetic operator (math_max_rank applies).
@@ -67,6 +85,10 @@ class LikelihoodOptions(JudgeOptions):
                                       "must be among the target's math_max_rank likeliest; None: rule off")
     tolerance: int = Field(0, ge=0, description="implausible tokens let through before the cut")
     top_k: int = Field(5, ge=1, description="how many of the target's likeliest tokens each position reports")
+    sampled: Literal["ratio", "rules"] = Field("ratio", description="a step drafted at temperature > 0: 'ratio' "
+                                               "is speculative sampling (keep a token with probability min(1, "
+                                               "p_target/p_draft) at that temperature, resample the first rejected "
+                                               "one from the target's top_k); 'rules': the rules above")
 
     @model_validator(mode="after")
     def _some_rule_is_on(self) -> LikelihoodOptions:
@@ -85,6 +107,8 @@ class LikelihoodJudge(Configured):
         """``options``, or keywords (``floor=-3``) validated through :class:`LikelihoodOptions`."""
         self.engine = engine
         self.options = LikelihoodOptions.build(options, **overrides)
+        # the ratio test reads the draft's alternatives at each token of a sampled step
+        self.draft_top_k = self.options.top_k if self.options.sampled == "ratio" else 0
 
     def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str) -> CutRule | None:
         """The first rule this token breaks, or None when it is plausible."""
@@ -109,22 +133,66 @@ class LikelihoodJudge(Configured):
         verdicts = []
         for c, scored in zip(candidates, scores):
             texts = c.draft_token_texts or ("",) * len(c.draft_token_ids)
-            draft_lps = c.draft_token_logprobs or (None,) * len(c.draft_token_ids)
-            # Acceptance rule: walk the drafted tokens in order; a token is plausible when
-            # the target finds it so under every rule set; the (tolerance+1)-th implausible
-            # token is the cut: what precedes it is kept, the target writes from there.
-            cut, misses = None, 0
-            for i, (tok, text, dlp) in enumerate(zip(scored.tokens, texts, draft_lps)):
-                rule = self.rule_broken(tok.logprob, tok.rank, dlp, text)
-                if rule is None:
-                    continue
-                misses += 1
-                if misses > self.options.tolerance:
-                    cut = TokenCut(offset=i, token=text, target_logprob=tok.logprob, draft_logprob=dlp,
-                                   rank=tok.rank, rule=rule, target_token_id=tok.top[0][0] if tok.top else -1,
-                                   kept_text="".join(texts[:i]))
-                    break
+            if c.temperature > 0 and self.options.sampled == "ratio":
+                cut = await self.ratio_cut(c, scored.tokens, texts)
+                misses = 0 if cut is None else len(scored.tokens) - cut.offset  # what was not kept
+            else:
+                cut, misses = self.rules_cut(c, scored.tokens, texts)
             worst = min((t.logprob for t in scored.tokens), default=0.0)
+            plausible = 1.0 - misses / len(scored.tokens) if scored.tokens else 1.0
             verdicts.append(Verdict(self.name, accept=cut is None, confident=True,
-                                    score=worst if math.isfinite(worst) else -1e9, num_judge_calls=1, cut=cut))
+                                    score=worst if math.isfinite(worst) else -1e9, num_judge_calls=1, cut=cut,
+                                    plausible=plausible))
         return verdicts
+
+    def rules_cut(self, c: StepCandidate, scored: Sequence[ScoredToken], texts: Sequence[str]
+                  ) -> tuple[TokenCut | None, int]:
+        """The cut by the per-token rules, and how many of the step's tokens break one."""
+        draft_lps = c.draft_token_logprobs or (None,) * len(c.draft_token_ids)
+        # Acceptance rule: walk the drafted tokens in order; a token is plausible when
+        # the target finds it so under every rule set; the (tolerance+1)-th implausible
+        # token is the cut: what precedes it is kept, the target writes from there.
+        cut, misses = None, 0
+        for i, (tok, text, dlp) in enumerate(zip(scored, texts, draft_lps)):
+            rule = self.rule_broken(tok.logprob, tok.rank, dlp, text)
+            if rule is None:
+                continue
+            misses += 1
+            if misses == self.options.tolerance + 1:
+                cut = TokenCut(offset=i, token=text, target_logprob=tok.logprob, draft_logprob=dlp, rank=tok.rank,
+                               rule=rule, target_token_id=tok.top[0][0] if tok.top else -1,
+                               kept_text="".join(texts[:i]))
+        return cut, misses
+
+    async def ratio_cut(self, c: StepCandidate, scored: Sequence[ScoredToken], texts: Sequence[str]
+                        ) -> TokenCut | None:
+        """Speculative sampling over a step drafted at ``c.temperature``: keep drafted token x
+        with probability min(1, p_target(x) / p_draft(x)); at the first one lost, draw the
+        target's token from the residual max(0, p_target - p_draft), normalized."""
+        rng, t = random.Random(c.seed), c.temperature
+        tops = c.draft_token_tops or ((),) * len(c.draft_token_ids)
+        draft_lps = c.draft_token_logprobs or (0.0,) * len(c.draft_token_ids)
+        for i, (tok, text, dlp, top) in enumerate(zip(scored, texts, draft_lps, tops)):
+            p = tempered({**dict(tok.top), tok.token_id: tok.logprob}, t)
+            q = tempered({**dict(top), tok.token_id: dlp}, t)
+            # Acceptance rule (Leviathan et al., 2023): p and q are the target's and the draft's
+            # distributions at the step's temperature over what each reports (its top_k and the
+            # drafted token); kept with probability p/q, else resampled from max(0, p - q).
+            if rng.random() < min(1.0, p[tok.token_id] / q[tok.token_id]):
+                continue
+            residual = {y: max(0.0, py - q.get(y, 0.0)) for y, py in p.items()}
+            pool = residual if sum(residual.values()) > 0 else p
+            (y,) = rng.choices(list(pool), weights=list(pool.values()))
+            return TokenCut(offset=i, token=text, target_logprob=tok.logprob, draft_logprob=dlp, rank=tok.rank,
+                            rule=CutRule.RATIO, target_token_id=y, kept_text="".join(texts[:i]),
+                            resampled_text=await self.engine.adecode([y]))
+        return None
+
+
+def tempered(logprobs: dict[int, float], temperature: float) -> dict[int, float]:
+    """Probabilities at ``temperature`` of the tokens given, renormalized over them (the
+    top-k approximation: the mass outside them is taken as zero)."""
+    top = max(logprobs.values())
+    weights = {i: math.exp((lp - top) / temperature) for i, lp in logprobs.items()}
+    total = sum(weights.values())
+    return {i: w / total for i, w in weights.items()}

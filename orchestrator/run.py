@@ -13,6 +13,7 @@ reading the engines' global counters.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.protocol import Engine
@@ -105,10 +106,14 @@ def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float
     return fields
 
 
-def draft_logprobs(judge: Judge) -> int | None:
+def draft_logprobs(judge: Judge, temperature: float = 0.0) -> int | None:
     """What a strategy asks of the draft for ``judge``: each token's logprob (0 = the
-    sampled token's alone) when the judge reads the drafted tokens, else nothing."""
-    return 0 if getattr(judge, "needs_draft_tokens", False) else None
+    sampled token's alone) when the judge reads the drafted tokens, else nothing; for a
+    step it samples (``temperature`` > 0) and the judge tests by ratio, the judge's
+    ``draft_top_k`` alternatives too."""
+    if not getattr(judge, "needs_draft_tokens", False):
+        return None
+    return getattr(judge, "draft_top_k", 0) if temperature > 0 else 0
 
 
 class TraceRun:
@@ -201,7 +206,8 @@ class TraceRun:
         (step,) = await self.write_many(role, [self.steps if steps is None else steps], cap, **sampling)
         return step
 
-    async def write_many(self, role: str, bases: Sequence[Sequence[StepRecord]], cap: int | None = None,
+    async def write_many(self, role: str, bases: Sequence[Sequence[StepRecord]],
+                         cap: int | Sequence[int] | None = None,
                          **sampling: Any) -> list[GeneratedStep]:
         """One step by ``role``'s engine after each of ``bases`` (the trace, or the trace and
         steps past it), in one batched call; each within ``cap`` tokens (default: what the
@@ -212,27 +218,40 @@ class TraceRun:
 
     async def rewrite(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None) -> GeneratedStep:
         """The target's step after ``steps`` (default: the trace) where ``verdict`` rejected the
-        draft's: after a token-level cut it keeps the drafted tokens before the cut and writes
-        on from there (greedy: its first token is its own top choice at the cut); otherwise
-        it writes the whole step."""
-        steps = self.steps if steps is None else steps
-        kept = verdict.cut.offset if verdict.cut is not None else 0
-        return await self.write("target", steps, max(1, self.step_token_cap(steps[len(self.steps):]) - kept),
-                                heads=[verdict.cut.kept_text if verdict.cut is not None else ""])
+        draft's; see :meth:`rewrite_many`."""
+        (step,) = await self.rewrite_many([verdict], [self.steps if steps is None else steps])
+        return step
+
+    async def rewrite_many(self, verdicts: Sequence[Verdict], bases: Sequence[Sequence[StepRecord]],
+                           **sampling: Any) -> list[GeneratedStep]:
+        """The target's step after each of ``bases`` where its verdict rejected the draft's, in one
+        batched call: after a token-level cut it keeps the drafted tokens before the cut and
+        writes on from there (greedy: its first token is its own top choice at the cut);
+        otherwise it writes the whole step. ``sampling``: temperature and seeds, to sample."""
+        cuts = [v.cut for v in verdicts]
+        # a token resampled at the cut (sampling verifier) counts as the target's
+        resampled = [int(c is not None and c.resampled_text is not None) for c in cuts]
+        caps = [max(1, self.step_token_cap(b[len(self.steps):]) - (c.offset if c else 0) - r)
+                for b, c, r in zip(bases, cuts, resampled)]
+        heads = [(c.kept_text + (c.resampled_text or "")) if c is not None else "" for c in cuts]
+        written = await self.write_many("target", bases, caps, heads=heads, **sampling)
+        return [replace(w, num_tokens=w.num_tokens + r) for w, r in zip(written, resampled)]
 
     def keep(self, author: Author, step: GeneratedStep, **fields: Any) -> None:
         """Add ``step``, written by ``author``, to the trace (``fields``: a verdict's)."""
         self.add(written_step(len(self.steps), author, step, **fields), step.ends)
 
     def candidate(self, drafted: GeneratedStep, previous: Sequence[StepRecord] | None = None,
-                  target_step: str | None = None) -> StepCandidate:
+                  target_step: str | None = None, temperature: float = 0.0, seed: int | None = None
+                  ) -> StepCandidate:
         """What a judge sees of a step drafted after ``previous`` (default: the trace): its text
         in context and, for a token-level verifier, the target's prompt it continues and its tokens."""
         previous = self.steps if previous is None else previous
         return StepCandidate(self.question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
                              opening_messages=opening_messages(self.question), prefix=self.prompt("target", previous),
                              draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
-                             draft_token_texts=drafted.token_texts)
+                             draft_token_texts=drafted.token_texts, temperature=temperature,
+                             draft_token_tops=drafted.token_tops, seed=seed)
 
     def rating(self, text: str, previous: Sequence[StepRecord] = ()) -> StepCandidate:
         """What a judge rates on its own (a search's candidate, a whole solution): ``text``

@@ -40,6 +40,9 @@ class GeneratedStep:
     # end too); with ``logprobs`` asked, each token's text (they join to the text).
     token_ids: tuple[int, ...] = ()
     token_texts: tuple[str, ...] = ()
+    # With ``logprobs`` > 0 asked, per generated token: its model's top alternatives as
+    # (token id, raw logprob) (a sampling verifier's draft distribution).
+    token_tops: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
 def top_k_entropy(token: TokenLogprob) -> float:
@@ -98,6 +101,7 @@ async def generate_steps(
     token_entropies: list[list[float]] = [[] for _ in prompts]
     token_ids: list[list[int]] = [[] for _ in prompts]
     token_texts: list[list[str]] = [[] for _ in prompts]
+    token_tops: list[list[tuple[tuple[int, float], ...]]] = [[] for _ in prompts]
     stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
     if rules.action_stop:
         stop += (rules.action_stop,)
@@ -122,6 +126,7 @@ async def generate_steps(
                 token_logprobs[i].append(t.logprob)
                 token_entropies[i].append(top_k_entropy(t))
                 token_texts[i].append(t.token)
+                token_tops[i].append(tuple((tid, lp) for tid, _, lp in t.top))
             if c.finish_reason is FinishReason.STOP and c.stop_string == rules.think_end:
                 texts[i] += rules.think_end
                 ended[i] = (True, "thinking")
@@ -139,6 +144,7 @@ async def generate_steps(
             ended[i] = (complete, ends)
         pending = still
     seconds = time.perf_counter() - t0
-    return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents), tuple(ids), tuple(tts))
-            for text, n, (complete, ends), lps, ents, ids, tts
-            in zip(texts, num_tokens, ended, token_logprobs, token_entropies, token_ids, token_texts)]
+    return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents), tuple(ids), tuple(tts),
+                          tuple(tops) if any(tops) else ())
+            for text, n, (complete, ends), lps, ents, ids, tts, tops
+            in zip(texts, num_tokens, ended, token_logprobs, token_entropies, token_ids, token_texts, token_tops)]

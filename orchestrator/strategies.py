@@ -11,11 +11,12 @@ lookahead        the draft, γ ahead; the target checks them in a batch  yes   c
 spec-thinking    the draft; the target after a reflection cue           yes   -
 arbitrage        the draft; the target where a router routes the step   yes   (router)
 arbitrage-oracle both, every step; the judge keeps the better one       yes   score
-tree             beam search: the draft proposes k steps per branch,    yes   score
+tree             beam search: the draft proposes k steps per branch,    yes   likelihood
                  the judge rates all in one batch, the best b go on
-tree-target      the same search with the target proposing (baseline)   -     score
-best-of-n        n drafted solutions, a vote, the target breaks ties    yes   score
-best-of-n-target n solutions the target samples, the same vote          -     score
+                 (a branch with none passing: the target repairs it)
+tree-target      the same search with the target proposing (baseline)   -     likelihood
+best-of-n        n drafted solutions, verified step by step, a vote     yes   likelihood
+best-of-n-target n solutions the target samples, the same vote          -     likelihood
 ================ ====================================================== ===== =======
 
 Each strategy module declares its options (a :class:`StrategyOptions` model: one
@@ -81,11 +82,12 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("spec-thinking", spec_thinking, SpecThinkingOptions, needs_draft=True, default_judge=None),
         Strategy("arbitrage", arbitrage, ArbitrageOptions, needs_draft=True, default_judge=None, needs_router=True),
         Strategy("arbitrage-oracle", arbitrage_oracle, NoOptions, needs_draft=True, default_judge="score"),
-        Strategy("tree", tree, TreeOptions, needs_draft=True, default_judge="score", queued_judge=True),
-        Strategy("tree-target", tree_target, TreeOptions, needs_draft=False, default_judge="score",
+        Strategy("tree", tree, TreeOptions, needs_draft=True, default_judge="likelihood", queued_judge=True),
+        Strategy("tree-target", tree_target, TreeOptions, needs_draft=False, default_judge="likelihood",
                  queued_judge=True),
-        Strategy("best-of-n", best_of_n, BestOfNOptions, needs_draft=True, default_judge="score", queued_judge=True),
-        Strategy("best-of-n-target", best_of_n_target, BestOfNOptions, needs_draft=False, default_judge="score",
+        Strategy("best-of-n", best_of_n, BestOfNOptions, needs_draft=True, default_judge="likelihood",
+                 queued_judge=True),
+        Strategy("best-of-n-target", best_of_n_target, BestOfNOptions, needs_draft=False, default_judge="likelihood",
                  queued_judge=True),
     )
 }

@@ -5,25 +5,41 @@ and the large model verifying them. Here, at every depth:
 
 1. the proposer (the draft; the target in ``tree-target``, the baseline) samples
    ``k`` candidate next steps for every open branch, all in one batched call;
-2. the judge (the target's 0-9 score by default) rates every candidate of every
-   branch in one batched call, through the shared :class:`JudgeQueue`;
-3. a branch whose candidates are all judged poor (none accepted) gets one step
-   the target writes itself (greedy), rated the same way: the only time the
-   target writes in ``tree``;
-4. the ``beam`` best children continue, ranked by their path's mean step score;
-   a child that ends the trace (an answer, EOS) is finished and kept aside.
+2. the judge rates every candidate of every branch in one batched call, through
+   the shared :class:`JudgeQueue`. By default it is the ``likelihood`` verifier:
+   the target prefills each candidate and its per-token rules (floor, ranks,
+   contrast) find the first implausible token, the cut;
+3. with the likelihood verifier, a branch's children are its accepted
+   candidates (no implausible token); a branch with none is *repaired*: the
+   target keeps its candidate with the latest cut up to the cut and writes on
+   from there (greedy) -- the only time the target writes in ``tree``. With a
+   whole-step judge (``score``: the target's 0-9 self-score) every candidate is
+   a child, and a branch whose candidates are all poor gets a step the target
+   writes whole;
+4. the ``beam`` best children continue; a child that ends the trace (an answer,
+   EOS) is finished and kept aside. The *branch score* ranks them: with the
+   likelihood verifier, the share of the branch's tokens the target finds
+   plausible (per token, never a summed logprob: no length bias), ties broken by
+   the branch's worst token logprob; with a whole-step judge, the path's mean
+   step score.
 
 The search stops when no branch is open, at ``max_depth``, or when the tree
 has generated ``token_budget`` tokens; the answer is the best-scored finished
 branch (else the best open one). The whole tree is kept as a networkx graph
 (``Trace.search["tree"]``, node-link data): a node per step with its author,
-text, score, tokens, time, and whether it survived the beam or is on the
-chosen path.
+text, score (and with the likelihood verifier its plausible share and cut),
+tokens, time, and whether it survived the beam or is on the chosen path.
 
-Worked example, k=3, beam=2: the root has 3 drafted children scored 8.1, 6.0
-and 7.7; the 8.1 and 7.7 branches continue. Their 6 children score (7.9, 8.4,
-5.0) and (3.0, 2.0, 4.0 -- all poor: the target writes a 4th, scored 8.8). The
-beam keeps the best two paths by mean score: 8.1->8.4 (8.25) and 7.7->8.8 (8.25).
+Worked example, likelihood verifier, k=3, beam=2: the root's 3 drafted candidates
+have no cut, no cut, and a cut at token 5 of 20 (" ate" at -8.6): two children,
+both 100% plausible, ranked by their worst tokens (-2.1 before -3.4). At depth 2
+the first branch's candidates all hold a cut (at tokens 4, 11 and 7): the target
+keeps the 11 tokens before the second one's cut and writes on (18 tokens): that
+child is 29/29 plausible. With the ``score`` judge, k=3, beam=2: candidates
+scored 8.1, 6.0 and 7.7; the 8.1 and 7.7 branches continue. Their 6 children
+score (7.9, 8.4, 5.0) and (3.0, 2.0, 4.0 -- all poor: the target writes a 4th,
+scored 8.8). The beam keeps the best two paths by mean score: 8.1->8.4 (8.25)
+and 7.7->8.8 (8.25).
 """
 
 from __future__ import annotations
@@ -34,9 +50,9 @@ from typing import Any
 from pydantic import Field
 
 from engine.protocol import Engine
-from judges.base import Judge, JudgeError, Verdict
+from judges.base import Judge, JudgeError, StepCandidate, Verdict
 from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
-from orchestrator.run import TraceRun
+from orchestrator.run import TraceRun, draft_logprobs, judged_fields
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 from orchestrator.verify_queue import JudgeQueue
@@ -56,16 +72,56 @@ class TreeOptions(StrategyOptions):
 class Branch:
     nodes: list[int] = field(default_factory=list)  # graph node ids, root excluded
     steps: list[StepRecord] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # per step: the verdict's score
     ends: str | None = None  # the last step's GeneratedStep.ends
+    # Per step, with a token-level verifier: (tokens it finds plausible, tokens).
+    tokens: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def score(self) -> float:
+        """The branch score: with a token-level verifier the share of the branch's tokens
+        the target finds plausible; with a whole-step judge the mean step score."""
+        if self.tokens:
+            plausible, total = (sum(x) for x in zip(*self.tokens))
+            return plausible / total if total else 1.0
         return sum(self.scores) / len(self.scores) if self.scores else 0.0
+
+    @property
+    def rank(self) -> tuple[float, ...]:
+        """What the beam sorts by: the score, then (token-level) the worst token's logprob."""
+        return (self.score, min(self.scores, default=0.0)) if self.tokens else (self.score,)
 
     @property
     def num_tokens(self) -> int:
         return sum(s.num_tokens for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Child:
+    """A step to grow a branch by: who wrote it, the verdict on it, and for a repaired
+    step the drafted candidate it repairs."""
+
+    author: Author
+    step: GeneratedStep
+    verdict: Verdict
+    repaired: GeneratedStep | None = None  # the cut candidate whose kept tokens the step starts with
+
+    def record_fields(self) -> dict[str, Any]:
+        if self.repaired is not None:
+            return judged_fields(self.repaired, self.verdict)
+        return dict(draft_text=self.step.text if self.author is Author.DRAFT else None, accepted=self.verdict.accept,
+                    score=self.verdict.score, judge=self.verdict.judge)
+
+    def tokens(self) -> tuple[int, int] | None:
+        """(plausible, total) tokens under a token-level verdict: a repaired step's kept and
+        target-written tokens are all plausible."""
+        if self.verdict.plausible is None:
+            return None
+        if self.repaired is not None:
+            total = self.verdict.cut.offset + self.step.num_tokens
+            return total, total
+        total = max(len(self.step.token_ids), 1)
+        return round(self.verdict.plausible * total), total
 
 
 class SearchTree:
@@ -78,16 +134,24 @@ class SearchTree:
         self.graph = nx.DiGraph()
         self.graph.add_node(0, author="question", text=str(question), depth=0)
 
-    def grow(self, parent: Branch, author: Author, step: GeneratedStep, verdict: Verdict, depth: int) -> Branch:
+    def grow(self, parent: Branch, child: Child, depth: int) -> Branch:
+        step, verdict, tokens = child.step, child.verdict, child.tokens()
         node = self.graph.number_of_nodes()
-        self.graph.add_node(node, author=author.value, text=step.text, score=verdict.score, accepted=verdict.accept,
-                            num_tokens=step.num_tokens, seconds=step.seconds, depth=depth, beam=False, chosen=False)
+        extra: dict[str, Any] = {}
+        if tokens is not None:
+            extra["plausible"] = tokens[0] / tokens[1] if tokens[1] else 1.0
+        if verdict.cut is not None:
+            extra.update(cut_token=verdict.cut.token, cut_logprob=verdict.cut.target_logprob,
+                         repaired=child.repaired is not None)
+        self.graph.add_node(node, author=child.author.value, text=step.text, score=verdict.score,
+                            accepted=verdict.accept, num_tokens=step.num_tokens, seconds=step.seconds, depth=depth,
+                            beam=False, chosen=False, **extra)
         self.graph.add_edge(parent.nodes[-1] if parent.nodes else 0, node)
-        record = StepRecord.written(len(parent.steps), author, step.text, Work(step.num_tokens, step.seconds),
-                                    draft_text=step.text if author is Author.DRAFT else None, accepted=verdict.accept,
-                                    score=verdict.score, judge=verdict.judge, complete=step.complete)
+        record = StepRecord.written(len(parent.steps), child.author, step.text, Work(step.num_tokens, step.seconds),
+                                    complete=step.complete, **child.record_fields())
         return Branch(parent.nodes + [node], parent.steps + [record],
-                      parent.scores + [verdict.score if verdict.score is not None else 0.0], step.ends)
+                      parent.scores + [verdict.score if verdict.score is not None else 0.0], step.ends,
+                      parent.tokens + [tokens] if tokens is not None else [])
 
     def mark(self, branch: Branch, flag: str, last_only: bool = False) -> None:
         for node in branch.nodes[-1:] if last_only else branch.nodes:
@@ -105,7 +169,7 @@ class TreeSearch(Policy):
     def __init__(self, judge: Judge, options: TreeOptions, proposer: Author) -> None:
         if judge.needs_target_step:
             raise JudgeError(f"tree search rates each candidate on its own; judge '{judge.name}' compares two "
-                             "steps: use 'score'")
+                             "steps: use 'likelihood' or 'score'")
         self.name = "tree" if proposer is Author.DRAFT else "tree-target"
         self.options, self.proposer = options, proposer
         self.queue = judge if isinstance(judge, JudgeQueue) else JudgeQueue(judge)
@@ -120,11 +184,11 @@ class TreeSearch(Policy):
             children = await self.expand(run, open_, depth)
             self.num_tokens = sum(e.num_generated_tokens for e in run.engines.values())  # the whole tree's
             # Beam rule: a child that ends the trace (or spends its tokens) is finished and
-            # kept aside; of the rest, the beam best by mean step score go on. The answer
-            # is the best-scored finished branch, else the best open one.
+            # kept aside; of the rest, the beam best by branch score go on. The answer is
+            # the best-scored finished branch, else the best open one.
             done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= max_tokens]
             finished += done
-            open_ = sorted((c for c in children if c not in done), key=lambda c: c.score, reverse=True)[:o.beam]
+            open_ = sorted((c for c in children if c not in done), key=lambda c: c.rank, reverse=True)[:o.beam]
             for b in open_:
                 self.tree.mark(b, "beam", last_only=True)
             if not open_:
@@ -133,7 +197,7 @@ class TreeSearch(Policy):
                 stop = StopReason.TOKEN_BUDGET
                 break
         self.num_finished = len(finished)
-        best = max(finished or open_, key=lambda b: b.score)
+        best = max(finished or open_, key=lambda b: b.rank)
         self.tree.mark(best, "chosen")
         for i, record in enumerate(best.steps):
             run.add(record, best.ends if i == len(best.steps) - 1 else None)
@@ -141,36 +205,55 @@ class TreeSearch(Policy):
 
     async def expand(self, run: TraceRun, open_: list[Branch], depth: int) -> list[Branch]:
         """Every open branch's children: k proposals each (one batched call), all judged in one
-        batch (one queue for all problems); the target writes one child where all of a
-        branch's proposals are poor."""
+        batch (one queue for all problems); a branch none of whose drafted proposals passes is
+        mended by the target."""
         o, tree = self.options, self.tree
         owners = [b for b in open_ for _ in range(o.k)]
         seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
         proposals = await run.write_many(self.proposer, [b.steps for b in owners], temperature=o.temperature,
-                                         seed=seeds)
-        verdicts = await run.judge(self.queue, [run.rating(p.text, b.steps) for b, p in zip(owners, proposals)])
+                                         seed=seeds, logprobs=draft_logprobs(self.queue))
+        verdicts = await run.judge(self.queue, [candidate(run, self.queue, p, b.steps) for b, p in zip(owners, proposals)])
         children: list[Branch] = []
-        poor: list[Branch] = []
+        poor: list[tuple[Branch, tuple[GeneratedStep, Verdict]]] = []
         for i, b in enumerate(open_):
-            mine = list(zip(proposals[i * o.k:(i + 1) * o.k], verdicts[i * o.k:(i + 1) * o.k]))
-            if not any(v.accept for _, v in mine) and self.proposer is Author.DRAFT:
-                poor.append(b)
-                continue
-            distinct: dict[str, tuple[GeneratedStep, Verdict]] = {}
-            for step, v in mine:
-                distinct.setdefault(step.text.strip(), (step, v))  # a repeated sample is one child
-            children += [tree.grow(b, self.proposer, step, v, depth) for step, v in distinct.values()]
-        if poor:
-            own = await run.write_many(Author.TARGET, [b.steps for b in poor])
-            own_verdicts = await run.judge(self.queue, [run.rating(s.text, b.steps) for b, s in zip(poor, own)])
-            children += [tree.grow(b, Author.TARGET, s, v, depth) for b, s, v in zip(poor, own, own_verdicts)]
-        return children
+            mine: dict[str, tuple[GeneratedStep, Verdict]] = {}
+            for step, v in zip(proposals[i * o.k:(i + 1) * o.k], verdicts[i * o.k:(i + 1) * o.k]):
+                mine.setdefault(step.text.strip(), (step, v))  # a repeated sample is one child
+            for step, v in mine.values():
+                grown = tree.grow(b, Child(self.proposer, step, v), depth)
+                if v.accept or self.proposer is Author.TARGET:
+                    children.append(grown)  # a rejected drafted step stays in the picture, not the search
+            if self.proposer is Author.DRAFT and not any(v.accept for _, v in mine.values()):
+                # the proposal cut latest keeps the most drafted tokens
+                poor.append((b, max(mine.values(), key=lambda sv: (sv[1].cut.offset if sv[1].cut else -1,
+                                                                   sv[1].plausible or 0.0))))
+        return children + (await mend(run, self.tree, self.queue, poor, depth) if poor else [])
 
     def search(self) -> dict[str, Any]:
         options = self.options.model_dump(include={"k", "beam", "max_depth", "temperature"})
+        ranking = ("plausible token share, then worst token logprob" if self.queue.needs_draft_tokens else "mean step score")
         return {"tree": self.tree.to_dict(), "num_finished": self.num_finished, "num_tree_tokens": self.num_tokens,
-                "queue": self.queue.stats.to_dict(),
+                "queue": self.queue.stats.to_dict(), "branch_score": ranking,
                 "options": {**options, "proposer": self.proposer.value, "token_budget": self.token_budget}}
+
+
+def candidate(run: TraceRun, judge: Judge, proposal: GeneratedStep, steps: list[StepRecord]) -> StepCandidate:
+    """What ``judge`` sees of a proposal: its tokens for a token-level verifier, else its text."""
+    return run.candidate(proposal, steps) if judge.needs_draft_tokens else run.rating(proposal.text, steps)
+
+
+async def mend(run: TraceRun, tree: SearchTree, judge: Judge, poor: list[tuple[Branch, tuple[GeneratedStep, Verdict]]],
+               depth: int) -> list[Branch]:
+    """The target's step for each branch whose every drafted proposal was rejected, in one
+    batched call: after a token-level verifier it keeps the latest-cut proposal up to its cut
+    and writes on from there; after a whole-step judge it writes the step whole (rated too)."""
+    bases = [b.steps for b, _ in poor]
+    if judge.needs_draft_tokens:
+        written = await run.rewrite_many([v for _, (_, v) in poor], bases)
+        return [tree.grow(b, Child(Author.TARGET, w, v, repaired=s), depth) for (b, (s, v)), w in zip(poor, written)]
+    own = await run.write_many(Author.TARGET, bases)
+    verdicts = await run.judge(judge, [run.rating(s.text, steps) for s, steps in zip(own, bases)])
+    return [tree.grow(b, Child(Author.TARGET, s, v), depth) for (b, _), s, v in zip(poor, own, verdicts)]
 
 
 async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,

@@ -141,6 +141,10 @@ class ScriptedEngine:
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)
 
+    async def adecode(self, token_ids: Sequence[int]) -> str:
+        texts = {i: t for t, i in self.vocab.items()}
+        return "".join(texts[i] for i in token_ids)
+
     def stats(self) -> EngineStats:
         return self._stats.snapshot()
 

@@ -152,17 +152,17 @@ def test_bench_opt_values_none_and_null_switch_an_option_off():
                                              "tolerance": 2}}}
 
 
-def _makefile_bench_runs(tmp_path):
-    """What `make bench` gives `stepspec bench` for each of its two runs when they are new
-    (as make expands it: `make -n`), keyed by output directory name."""
+def _makefile_bench_runs(tmp_path, target="bench", **dirs):
+    """What `make bench` (or another bench ``target``) gives `stepspec bench` for each of its
+    runs when they are new (as make expands it: `make -n`), keyed by output directory name."""
     import re
     import shlex
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run(["make", "-n", "-s", "bench", f"BENCH_DIR={tmp_path / 'main'}",
-                          f"BENCH_PLAN_DIR={tmp_path / 'plan'}"], cwd=root, capture_output=True, text=True,
-                         check=True).stdout
+    dirs = dirs or {"BENCH_DIR": "main", "BENCH_PLAN_DIR": "plan"}
+    out = subprocess.run(["make", "-n", "-s", target, *(f"{k}={tmp_path / v}" for k, v in dirs.items())],
+                         cwd=root, capture_output=True, text=True, check=True).stdout
     commands = [shlex.split(c) for c in re.findall(r"else (?:LD_PRELOAD=\S+ )?\S*stepspec bench (.*?); fi", out)]
     return {Path(args[args.index("--output-dir") + 1]).name: args for args in commands}
 
@@ -234,3 +234,13 @@ def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path)
                  "--output-dir", str(tmp_path / "r"), "--no-progress")
     assert r.returncode == 2 and "unknown model '/nonexistent-model'" in " ".join(r.stderr.split()), r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_their_twins(tmp_path, monkeypatch):
+    (args,) = _makefile_bench_runs(tmp_path, "bench-tree", TREE_DIR="tree").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
+    assert arms == {s: (s, "likelihood") for s in ("tree", "tree-target", "best-of-n", "best-of-n-target")}
+    assert all((checked[s].options["k"], checked[s].options["beam"]) == (3, 2) for s in ("tree", "tree-target"))
+    assert all((checked[s].options["n"], checked[s].options["temperature"]) == (5, 0.7)
+               for s in ("best-of-n", "best-of-n-target"))

@@ -219,7 +219,8 @@ def _judge_defaults():
     from judges.score import DEFAULT_RUBRIC
 
     return {"score": dict(threshold=7.0, method="expected", rubric=DEFAULT_RUBRIC, step_delimiter="\n\n", top_k=20),
-            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, tolerance=0, top_k=5),
+            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, tolerance=0, top_k=5,
+                           sampled="ratio"),
             "exact": {},
             "embedding": dict(model="all-minilm-l6-v2", accept_threshold=0.85, reject_threshold=0.5, device="cpu"),
             "llm-equivalence": dict(threshold=0.5, template=DEFAULT_QUESTION, top_k=20)}
@@ -309,3 +310,59 @@ def test_options_models_validate_without_building_and_are_frozen():
         judge_options_model("scor")
     with pytest.raises(JudgeError, match="unknown judge 'likelyhood'. Did you mean 'likelihood'"):
         judge_options("likelyhood")
+
+
+class ThreeTokens:
+    """A target over a three-token vocabulary (ids 0, 1, 2: "A", "B", "C"): fixed logprobs
+    at every position, all three reported."""
+
+    def __init__(self, logprobs):
+        self.logprobs = logprobs
+
+    async def score_continuations(self, requests):
+        from engine.types import ContinuationScores, ScoredToken
+
+        top = tuple(sorted(enumerate(self.logprobs), key=lambda e: -e[1]))
+        rank = {tid: r for r, (tid, _) in enumerate(top, 1)}
+        return [ContinuationScores(tuple(ScoredToken(t, self.logprobs[t], rank[t], top) for t in r.continuation), 1)
+                for r in requests]
+
+    async def adecode(self, token_ids):
+        return "".join("ABC"[t] for t in token_ids)
+
+
+def test_the_ratio_test_makes_drafted_samples_follow_the_targets_distribution():
+    """Speculative sampling's invariant: tokens drafted from q, kept with probability
+    min(1, p/q) and otherwise resampled from max(0, p - q), are distributed as p (here at
+    temperature 0.7, with every token reported: no top-k approximation)."""
+    import math
+    import random
+
+    from judges.likelihood import LikelihoodJudge, tempered
+
+    target, draft = [math.log(x) for x in (0.6, 0.3, 0.1)], [math.log(x) for x in (0.2, 0.2, 0.6)]
+    temperature = 0.7
+    p, q = tempered(dict(enumerate(target)), temperature), tempered(dict(enumerate(draft)), temperature)
+    judge = LikelihoodJudge(ThreeTokens(target), top_k=3)
+    rng, counts, n, kept = random.Random(0), [0, 0, 0], 4000, 0
+    candidates = []
+    for seed in range(n):
+        x = rng.choices([0, 1, 2], weights=[q[0], q[1], q[2]])[0]
+        candidates.append(StepCandidate("q", (), "ABC"[x], prefix="p", draft_token_ids=(x,), draft_token_texts=("ABC"[x],),
+                                        draft_token_logprobs=(draft[x],), temperature=temperature, seed=seed,
+                                        draft_token_tops=(tuple(enumerate(draft)),)))
+    for c, v in zip(candidates, asyncio.run(judge.judge(candidates))):
+        if v.accept:
+            counts[c.draft_token_ids[0]] += 1
+            kept += 1
+        else:
+            assert v.cut.rule.value == "ratio" and v.cut.resampled_text == "ABC"[v.cut.target_token_id]
+            counts[v.cut.target_token_id] += 1
+    for tid in range(3):
+        assert abs(counts[tid] / n - p[tid]) < 0.025, (counts, p)
+    # the share kept is sum(min(p, q)), the overlap of the two distributions
+    assert abs(kept / n - sum(min(p[t], q[t]) for t in range(3))) < 0.03
+    # greedy steps (temperature 0) are still tested by the rules: no draw
+    greedy = StepCandidate("q", (), "C", prefix="p", draft_token_ids=(2,), draft_token_texts=("C",))
+    (v,) = asyncio.run(LikelihoodJudge(ThreeTokens(target), top_k=3, floor=-2.0).judge([greedy]))
+    assert v.cut.rule.value == "floor"

@@ -228,6 +228,28 @@ def test_likelihood_verifier_ends_are_target_only_and_draft_only_on_real_vllm(ti
         assert everything.text == d_only.text and all(s.author == "draft" for s in everything.steps)
 
 
+@pytest.mark.vllm
+def test_tree_on_the_likelihood_verifier_ends_is_target_only_and_draft_only_on_real_vllm(tiny_pair, baselines,
+                                                                                          runner):
+    """A greedy one-branch tree (k=1, beam=1) on the likelihood verifier: at rank limit 1 every
+    drafted step is kept up to the target's first disagreement and repaired there, so the
+    chosen branch is target-only's text; with a floor nothing falls under, draft-only's."""
+    from judges.likelihood import LikelihoodJudge
+    from orchestrator.tree import tree
+
+    (draft, target), (t_only, d_only) = tiny_pair, baselines
+    greedy = dict(rules=RULES, budget=BUDGET, k=1, beam=1, temperature=0.0, max_depth=BUDGET.max_steps)
+    lossless = runner.run(tree(Q, draft=draft, target=target, judge=LikelihoodJudge(
+        target, floor=None, max_rank=1, math_max_rank=None), **greedy))
+    assert lossless.text == t_only.text
+    repaired = [s for s in lossless.steps if s.cut is not None]
+    assert repaired and all(s.author == "target" and s.num_kept_tokens == s.cut["offset"] for s in repaired)
+    assert lossless.search["branch_score"].startswith("plausible token share")
+    everything = runner.run(tree(Q, draft=draft, target=target, judge=LikelihoodJudge(
+        target, floor=-1e6, math_max_rank=None), **greedy))
+    assert everything.text == d_only.text and all(s.author == "draft" for s in everything.steps)
+
+
 def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writes_the_rest():
     from judges.likelihood import LikelihoodJudge
 

@@ -8,7 +8,7 @@ import pytest
 
 from engine.types import Completion, FinishReason, GenerationResult
 from fake_engine import ScriptedEngine
-from judges.base import StepCandidate, Verdict
+from judges.base import CutRule, StepCandidate, TokenCut, Verdict
 from orchestrator.best_of_n import answer_key, best_of_n, best_of_n_target
 from orchestrator.reasoner import Reasoner
 from orchestrator.run import Budget
@@ -82,10 +82,12 @@ def test_beam_keeps_b_branches_per_depth_and_the_best_answer_wins():
     assert sorted(g.nodes[n]["score"] for n in depth1) == [3, 7, 9]
     assert sorted(g.nodes[n]["score"] for n in depth1 if g.nodes[n]["beam"]) == [7, 9]  # b = 2 survive
     assert all(g.out_degree(n) == 0 for n in depth1 if not g.nodes[n]["beam"])  # the pruned one stops
-    # paths: a(9)->1(2): 5.5, a->2(6): 7.5, b(7)->3(9): 8.0, b->4(8): 7.5: the best mean score wins
+    # paths: a(9)->2(6): 7.5, b(7)->3(9): 8.0, b->4(8): 7.5: the best mean score wins; a->1 (scored
+    # 2, rejected) stays in the picture, not in the search
     assert trace.answer == "3" and [s.text for s in trace.steps] == ["b [s=7]", "\\boxed{3} [s=9]"]
     assert [g.nodes[n]["text"] for n in g.nodes if g.nodes[n].get("chosen")] == ["b [s=7]", "\\boxed{3} [s=9]"]
-    assert trace.search["num_finished"] == 4 and trace.stop_reason == "answer"
+    assert trace.search["num_finished"] == 3 and trace.stop_reason == "answer"
+    assert [g.nodes[n]["accepted"] for n in g.nodes if g.nodes[n].get("text") == "\\boxed{1} [s=2]"] == [False]
     # one batched proposal call and one judge batch per depth, candidates of both branches together
     assert draft.batches[:2] == [3, 6] and judge.calls == [3, 6] and target.batches == []
 
@@ -100,6 +102,74 @@ def test_target_writes_only_where_every_candidate_is_poor():
     assert trace.steps[0].author == "target" and trace.steps[0].text == "target step [s=8]"
     assert trace.steps[1].author == "draft" and trace.answer == "5"
     assert target.batches == [1]  # one branch, one regenerated step
+
+
+class WordVerifier(TextScore):
+    """A token-level verifier over words (the Sampler's tokens): the first word "BAD" is the cut;
+    "[p=N]" sets the share of plausible words of a step it accepts."""
+
+    name, needs_target_step, needs_draft_tokens = "words", False, True
+
+    async def judge(self, candidates):
+        self.calls.append(len(candidates))
+        out = []
+        for c in candidates:
+            assert c.prefix is not None and len(c.draft_token_ids) == len(c.draft_step.split())
+            words = c.draft_step.split()
+            if "BAD" in words:
+                at = words.index("BAD")
+                cut = TokenCut(at, "BAD", -9.0, -0.1, 7, CutRule.FLOOR, 0, " ".join(words[:at]) + " ")
+                out.append(Verdict(self.name, False, score=-9.0, cut=cut, plausible=1 - 1 / len(words)))
+            else:
+                m = re.search(r"\[p=([\d.]+)\]", c.draft_step)
+                out.append(Verdict(self.name, True, score=-1.0, plausible=float(m.group(1)) if m else 1.0))
+        return out
+
+
+def test_with_a_token_level_verifier_the_target_repairs_a_branch_at_its_latest_cut():
+    def choose(prompt, seed):
+        if depth_of(prompt) == 0:  # three drafted openings, every one cut: at words 1, 3 and 2
+            return ["x BAD y z\n\n", "a b c BAD e\n\n", "p q BAD r\n\n"][seed % 3]
+        return "so \\boxed{7}"
+
+    target = Sampler("target", lambda p, s: "d e.\n\n" if p.endswith("a b c ") else "?")
+    trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=target, judge=WordVerifier(), k=3,
+                             beam=2))
+    first = trace.steps[0]
+    assert first.author == "target" and first.text == "a b c d e." and first.num_kept_tokens == 3
+    assert first.cut["token"] == "BAD" and first.draft_text == "a b c BAD e" and first.accepted is False
+    assert trace.steps[1].author == "draft" and trace.answer == "7" and target.batches == [1]
+    g = load_tree(trace)
+    repaired = [g.nodes[n] for n in g.nodes if g.nodes[n].get("repaired")]
+    assert len(repaired) == 1 and repaired[0]["plausible"] == 1.0 and repaired[0]["author"] == "target"
+    # the three cut proposals stay in the picture, pruned
+    cut = [n for n in g.nodes if g.nodes[n].get("accepted") is False and not g.nodes[n].get("repaired")]
+    assert len(cut) == 3 and all(g.out_degree(n) == 0 for n in cut)
+    assert trace.search["branch_score"].startswith("plausible token share")
+    # the terminal picture says what each node's score is
+    from rich.console import Console
+
+    from workflows.cli.tree_view import rich_tree
+
+    console = Console(record=True, width=150)
+    console.print(rich_tree(trace))
+    shown = console.export_text()
+    assert "target 100% plausible, cut 'BAD' -9.0, repaired  a b c d e." in shown
+    assert "draft 75% plausible, cut 'BAD' -9.0  x BAD y z" in shown
+
+
+def test_with_a_token_level_verifier_the_beam_ranks_by_the_share_of_plausible_tokens():
+    def choose(prompt, seed):
+        if depth_of(prompt) == 0:
+            return ["low [p=0.5]\n\n", "high [p=0.9]\n\n", "mid [p=0.7]\n\n"][seed % 3]
+        return "\\boxed{1} [p=0.6]" if "low" in prompt else "\\boxed{2} [p=0.8]"
+
+    trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=Sampler("t", lambda p, s: "?"),
+                             judge=WordVerifier(), k=3, beam=2))
+    g = load_tree(trace)
+    assert sorted(g.nodes[n]["text"] for n in g.nodes if g.nodes[n].get("beam")) == ["high [p=0.9]", "mid [p=0.7]"]
+    # shares count tokens, not steps: "high [p=0.9]" (2 words, 0.9) then "\boxed{2} [p=0.8]" (2 words, 0.8)
+    assert trace.answer == "2" and trace.steps[0].text == "high [p=0.9]"
 
 
 def test_tree_target_is_the_same_search_with_the_target_proposing():
@@ -183,6 +253,32 @@ def test_best_of_n_votes_and_the_target_breaks_ties():
     assert answer_key("1,000") == answer_key("1000.0") == "1000" and answer_key(None) is None
 
 
+
+def test_best_of_n_under_step_verification_repairs_cut_steps_and_breaks_ties_by_plausible_share():
+    def drafts(prompt, seed):
+        i = seed % 10_007
+        if depth_of(prompt) == 0:  # solution 0's first step is cut at its 2nd word
+            return ["a BAD b\n\n", "x y [p=0.5]\n\n", "u v\n\n"][i]
+        return ["\\boxed{4}", "\\boxed{5}", "no answer"][i]
+
+    draft, target, judge = Sampler("d", drafts), Sampler("t", lambda p, s: "fixed.\n\n" if p.endswith("a ") else "?"), \
+        WordVerifier()
+    trace = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=judge, n=3))
+    # one drafting call, one verifier batch per round, one repair call for the one cut step
+    assert draft.batches == [3, 3] and judge.calls == [3, 3] and target.batches == [1]
+    # 4 against 5, one vote each: shares 0.75 ((2 + 1) of 4 drafted words) against 0.625 (2.5 of 4)
+    assert trace.search["votes"] == {"4": 1, "5": 1} and trace.answer == "4"
+    assert [round(x["score"], 3) for x in trace.search["samples"]] == [0.75, 0.625, 1.0]
+    first = trace.steps[0]
+    assert first.author == "target" and first.text == "a fixed." and first.num_kept_tokens == 1
+    assert first.draft_text == "a BAD b" and trace.steps[1].author == "draft"
+    assert trace.search["options"]["verified"]
+    # the target's own samples are scored by the verifier only when the vote needs it
+    base = asyncio.run(best_of_n_target(Q, target=Sampler("t", lambda p, s: ["\\boxed{1}", "\\boxed{2} BAD"][s % 2]),
+                                        judge=WordVerifier(), n=2))
+    assert base.answer == "1" and not base.search["options"]["verified"]
+
+
 # -- tiny real models -------------------------------------------------------------------------
 
 
@@ -197,7 +293,7 @@ def test_tree_search_on_tiny_real_models(tmp_path_factory):
     async def main():
         target, draft = tiny_engine(paths[0], max_logprobs=512), tiny_engine(paths[1])
         try:
-            r = Reasoner(target, draft, strategy="tree", judge_options={"top_k": 512, "threshold": 0.0},
+            r = Reasoner(target, draft, strategy="tree", judge="score", judge_options={"top_k": 512, "threshold": 0.0},
                          budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
                          rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
             return await r.asolve_many([Q, "What is 5 + 6?"])
@@ -215,6 +311,41 @@ def test_tree_search_on_tiny_real_models(tmp_path_factory):
         assert s.trace.num_generated_tokens["draft"] >= s.trace.num_tokens
     # both problems' first-depth candidates (3 each) went to the target in one batch
     assert solutions[0].trace.search["queue"]["max_batch_size"] >= 6
+
+
+@pytest.mark.vllm
+def test_search_on_the_likelihood_verifier_on_tiny_real_models(tmp_path_factory):
+    """The defaults on real vLLM: tree ranks branches by plausible share; best-of-n writes its
+    sampled solutions under speculative sampling's test (cuts by ratio, a resampled token the
+    target writes on from), all n per round in one batch."""
+    from conftest import tiny_engine
+    from tiny_models import build_tiny_model
+
+    from orchestrator.steps import StepRules
+
+    paths = [build_tiny_model(tmp_path_factory.mktemp(f"v{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
+             for s in (0, 1)]
+
+    async def main():
+        target, draft = tiny_engine(paths[0]), tiny_engine(paths[1])
+        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6), rules=StepRules(delimiter="ge"))
+        try:
+            searched = await Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)
+            voted = await Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)
+            return searched.trace, voted.trace
+        finally:
+            await target.close()
+            await draft.close()
+
+    searched, voted = asyncio.run(main())
+    g = load_tree(searched)
+    steps = [g.nodes[n] for n in g.nodes if n]
+    assert steps and all(0.0 <= d["plausible"] <= 1.0 for d in steps)
+    assert searched.search["branch_score"].startswith("plausible token share")
+    assert voted.search["options"]["verified"] and len(voted.search["samples"]) == 3
+    cuts = [s.cut for s in voted.steps if s.cut is not None]
+    assert cuts and all(c["rule"] == "ratio" and c["resampled_text"] for c in cuts)
+    assert all(0.0 <= x["score"] <= 1.0 for x in voted.search["samples"] if x["score"] is not None)
 
 
 def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):

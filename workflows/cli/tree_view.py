@@ -9,11 +9,20 @@ from orchestrator.trace import Trace
 from orchestrator.tree import load_tree
 
 
+def _score(data: dict[str, Any]) -> str:
+    """A node's score as the search ranked it: the plausible share of its tokens (and its cut)
+    under the likelihood verifier, else the judge's score."""
+    if data.get("plausible") is not None:
+        cut = f", cut {data['cut_token']!r} {data['cut_logprob']:.1f}" if data.get("cut_token") is not None else ""
+        return f"{data['plausible']:.0%} plausible{cut}{', repaired' if data.get('repaired') else ''}"
+    score = data.get("score")
+    return "-" if score is None else f"{score:.2f}"
+
+
 def _label(data: dict[str, Any], width: int = 70) -> str:
     text = " ".join(str(data.get("text", "")).split())
     text = text if len(text) <= width else text[: width - 1] + "…"
-    score = data.get("score")
-    return f"{data.get('author', '?')} {'-' if score is None else f'{score:.2f}'}  {text}"
+    return f"{data.get('author', '?')} {_score(data)}  {text}"
 
 
 def rich_tree(trace: Trace):
@@ -63,11 +72,13 @@ def draw_tree(trace: Trace, path: str | os.PathLike) -> str:
                  "tab:orange" if data.get("beam") else "0.8")
         marker = "s" if data.get("author") == "target" else "o"
         ax.scatter([x], [y], s=220, c=color, marker=marker, zorder=2, edgecolors="black", linewidths=0.5)
-        score = data.get("score")
-        ax.annotate("Q" if n == 0 else ("-" if score is None else f"{score:.1f}"), (x, y), ha="center",
-                    va="center", fontsize=7, zorder=3)
+        score, share = data.get("score"), data.get("plausible")
+        shown = (f"{share:.0%}" if share is not None else "-" if score is None else f"{score:.1f}")
+        ax.annotate("Q" if n == 0 else shown, (x, y), ha="center", va="center", fontsize=7, zorder=3)
+    scored = ("node: % of its tokens the target finds plausible" if any("plausible" in g.nodes[n] for n in g)
+              else "node: the judge's score")
     ax.set_title(f"{trace.strategy}: answer {trace.answer} (green: chosen path, orange: kept in the beam, "
-                 "square: written by the target)", fontsize=9)
+                 f"square: written by the target; {scored})", fontsize=9)
     ax.set_yticks([-d for d in order], [f"depth {d}" for d in order])
     ax.set_xticks([])
     for side in ("top", "right", "bottom"):
