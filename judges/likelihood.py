@@ -40,12 +40,15 @@ drafted token x is kept with probability min(1, p(x)/q(x)), p and q the target's
 and the draft's distributions at T; at the first token lost, the target's token
 is drawn from max(0, p - q), normalized, and the target writes on from it,
 sampling at T. Done exactly, the text then follows the target's own sampling
-distribution. *The top-k approximation:* p and q are known only over the tokens
-each model reports (its ``top_k`` and the drafted token) and are renormalized over
-them, so each is off by the tempered mass outside its top_k (m_p, m_q); the
-tokens written are off from the target's distribution by at most about m_p + m_q
-in total variation, per token. Tempering at T < 1 shrinks those masses; a larger
-``top_k`` shrinks them further.
+distribution. *The top-k approximation:* each model reports raw logprobs of its
+``top_k`` tokens and the drafted one. Raw logprobs are normalized over the whole
+vocabulary, so at T = 1 p(x) and q(x) are exact; at T < 1 the unreported tokens'
+part of the normalizer is taken at its upper bound (:func:`tempered`: exact when
+the unreported tail is flat). The resampling draws only among the target's
+reported tokens: the written tokens are off from the target's distribution by at
+most the residual's mass outside them (below the target's tempered mass outside
+its top_k) plus the normalizers' error, per token. Tempering at T < 1 shrinks the
+unreported mass; a larger ``top_k`` shrinks it further.
 
 The verdict's ``score`` is the lowest target logprob of the step's tokens (0 for
 an empty step): how implausible its worst token is; its ``plausible`` is the share
@@ -173,10 +176,10 @@ class LikelihoodJudge(Configured):
         tops = c.draft_token_tops or ((),) * len(c.draft_token_ids)
         draft_lps = c.draft_token_logprobs or (0.0,) * len(c.draft_token_ids)
         for i, (tok, text, dlp, top) in enumerate(zip(scored, texts, draft_lps, tops)):
-            p = tempered({**dict(tok.top), tok.token_id: tok.logprob}, t)
-            q = tempered({**dict(top), tok.token_id: dlp}, t)
+            p = tempered({**dict(tok.top), tok.token_id: tok.logprob}, t, [lp for _, lp in tok.top] or [tok.logprob])
+            q = tempered({**dict(top), tok.token_id: dlp}, t, [lp for _, lp in top] or [dlp])
             # Acceptance rule (Leviathan et al., 2023): p and q are the target's and the draft's
-            # distributions at the step's temperature over what each reports (its top_k and the
+            # probabilities at the step's temperature of what each reports (its top_k and the
             # drafted token); kept with probability p/q, else resampled from max(0, p - q).
             if rng.random() < min(1.0, p[tok.token_id] / q[tok.token_id]):
                 continue
@@ -189,10 +192,15 @@ class LikelihoodJudge(Configured):
         return None
 
 
-def tempered(logprobs: dict[int, float], temperature: float) -> dict[int, float]:
-    """Probabilities at ``temperature`` of the tokens given, renormalized over them (the
-    top-k approximation: the mass outside them is taken as zero)."""
-    top = max(logprobs.values())
-    weights = {i: math.exp((lp - top) / temperature) for i, lp in logprobs.items()}
-    total = sum(weights.values())
-    return {i: w / total for i, w in weights.items()}
+def tempered(logprobs: dict[int, float], temperature: float, top: Sequence[float]) -> dict[int, float]:
+    """Probabilities at ``temperature`` of the tokens given, from their raw logprobs (normalized
+    over the whole vocabulary; ``top``: the logprobs of the model's reported top tokens).
+
+    p_T(y) = p(y)^(1/T) / Z, Z summed over the vocabulary. The reported tokens' part of Z is
+    known; the rest is taken at its bound for T <= 1: unreported mass m times p_k^(1/T - 1),
+    p_k the least likely reported top token (every unreported token is at most that likely).
+    Exact at T = 1 and when the unreported tail is flat."""
+    inv = 1.0 / temperature
+    unreported = max(0.0, 1.0 - sum(math.exp(lp) for lp in logprobs.values()))
+    z = sum(math.exp(lp * inv) for lp in logprobs.values()) + unreported * math.exp(min(top)) ** (inv - 1.0)
+    return {i: math.exp(lp * inv) / z for i, lp in logprobs.items()}

@@ -123,7 +123,8 @@ class BestOfN(Policy):
             run.add(record, chosen.ends if i == len(steps) - 1 else None)
         run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)  # unless its last step ended it
         self.found = {"samples": [{"text": s.text(run.rules.delimiter), "answer": a, "num_tokens": s.num_tokens,
-                                   "score": s.score} for s, a in zip(solutions, answers)],
+                                   "score": s.score, "cuts": [r.cut for r in s.steps if r.cut is not None]}
+                                  for s, a in zip(solutions, answers)],
                       "votes": dict(votes), "winner": winner, "judged": any(s.score is not None for s in solutions),
                       "chosen_sample": pick, "num_sample_tokens": sum(s.num_tokens for s in solutions)}
 

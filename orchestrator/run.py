@@ -106,6 +106,11 @@ def judged_fields(drafted: GeneratedStep, verdict: Verdict, judge_seconds: float
     return fields
 
 
+def repeats(steps: Sequence[StepRecord]) -> bool:
+    """Whether the last step, complete, says again what the one before it said (a loop)."""
+    return len(steps) >= 2 and steps[-1].complete and steps[-1].text.strip() == steps[-2].text.strip()
+
+
 def draft_logprobs(judge: Judge, temperature: float = 0.0) -> int | None:
     """What a strategy asks of the draft for ``judge``: each token's logprob (0 = the
     sampled token's alone) when the judge reads the drafted tokens, else nothing; for a
@@ -299,7 +304,7 @@ class TraceRun:
         if self.ended:
             return self.ended
         steps = [*self.steps, *ahead]
-        if len(steps) >= 2 and steps[-1].complete and steps[-1].text.strip() == steps[-2].text.strip():
+        if repeats(steps):
             return StopReason.REPETITION
         if len(steps) >= self.budget.max_steps:
             return StopReason.MAX_STEPS

@@ -52,7 +52,7 @@ from pydantic import Field
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, StepCandidate, Verdict
 from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
-from orchestrator.run import TraceRun, draft_logprobs, judged_fields
+from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 from orchestrator.verify_queue import JudgeQueue
@@ -183,10 +183,11 @@ class TreeSearch(Policy):
         for depth in range(1, o.max_depth + 1):
             children = await self.expand(run, open_, depth)
             self.num_tokens = sum(e.num_generated_tokens for e in run.engines.values())  # the whole tree's
-            # Beam rule: a child that ends the trace (or spends its tokens) is finished and
-            # kept aside; of the rest, the beam best by branch score go on. The answer is
-            # the best-scored finished branch, else the best open one.
-            done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= max_tokens]
+            # Beam rule: a child that ends the trace (or spends its tokens, or repeats its
+            # last step) is finished and kept aside; of the rest, the beam best by branch
+            # score go on. The answer is the best-scored finished branch, else the best open one.
+            done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= max_tokens
+                    or repeats(c.steps)]
             finished += done
             open_ = sorted((c for c in children if c not in done), key=lambda c: c.rank, reverse=True)[:o.beam]
             for b in open_:
@@ -201,7 +202,9 @@ class TreeSearch(Policy):
         self.tree.mark(best, "chosen")
         for i, record in enumerate(best.steps):
             run.add(record, best.ends if i == len(best.steps) - 1 else None)
-        run.end(StopReason.MAX_TOKENS if best in finished else stop)  # unless its last step ended it
+        if best in finished:  # unless its last step ended it
+            stop = StopReason.REPETITION if repeats(best.steps) else StopReason.MAX_TOKENS
+        run.end(stop)
 
     async def expand(self, run: TraceRun, open_: list[Branch], depth: int) -> list[Branch]:
         """Every open branch's children: k proposals each (one batched call), all judged in one

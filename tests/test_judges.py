@@ -342,7 +342,8 @@ def test_the_ratio_test_makes_drafted_samples_follow_the_targets_distribution():
 
     target, draft = [math.log(x) for x in (0.6, 0.3, 0.1)], [math.log(x) for x in (0.2, 0.2, 0.6)]
     temperature = 0.7
-    p, q = tempered(dict(enumerate(target)), temperature), tempered(dict(enumerate(draft)), temperature)
+    p, q = tempered(dict(enumerate(target)), temperature, target), tempered(dict(enumerate(draft)), temperature, draft)
+    assert abs(sum(p.values()) - 1) < 1e-9 and p[0] > 0.6  # every token reported: exact, and sharper at T < 1
     judge = LikelihoodJudge(ThreeTokens(target), top_k=3)
     rng, counts, n, kept = random.Random(0), [0, 0, 0], 4000, 0
     candidates = []
@@ -366,3 +367,19 @@ def test_the_ratio_test_makes_drafted_samples_follow_the_targets_distribution():
     greedy = StepCandidate("q", (), "C", prefix="p", draft_token_ids=(2,), draft_token_texts=("C",))
     (v,) = asyncio.run(LikelihoodJudge(ThreeTokens(target), top_k=3, floor=-2.0).judge([greedy]))
     assert v.cut.rule.value == "floor"
+
+
+def test_tempered_probabilities_bound_what_the_models_do_not_report():
+    """At T = 1 raw logprobs are exact; below it, the unreported tail's share of the
+    normalizer is taken at its bound, exact for a flat tail (here 1000 tokens of 0.0009 each
+    beside a reported 0.1)."""
+    import math
+
+    from judges.likelihood import tempered
+
+    reported = {0: math.log(0.1)}
+    assert abs(tempered(reported, 1.0, [math.log(0.1)])[0] - 0.1) < 1e-12
+    t = 0.7
+    exact = 0.1 ** (1 / t) / (0.1 ** (1 / t) + 1000 * 0.0009 ** (1 / t))
+    bound = tempered(reported, t, [math.log(0.0009)])[0]  # the least likely reported top token
+    assert abs(bound - exact) < 1e-9

@@ -328,7 +328,7 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tmp_path_factory)
 
     async def main():
         target, draft = tiny_engine(paths[0]), tiny_engine(paths[1])
-        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6), rules=StepRules(delimiter="ge"))
+        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None), rules=StepRules(delimiter="ge"))
         try:
             searched = await Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)
             voted = await Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)
@@ -343,9 +343,10 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tmp_path_factory)
     assert steps and all(0.0 <= d["plausible"] <= 1.0 for d in steps)
     assert searched.search["branch_score"].startswith("plausible token share")
     assert voted.search["options"]["verified"] and len(voted.search["samples"]) == 3
-    cuts = [s.cut for s in voted.steps if s.cut is not None]
+    cuts = [c for x in voted.search["samples"] for c in x["cuts"]]
     assert cuts and all(c["rule"] == "ratio" and c["resampled_text"] for c in cuts)
-    assert all(0.0 <= x["score"] <= 1.0 for x in voted.search["samples"] if x["score"] is not None)
+    assert voted.num_generated_tokens["target"] > 0  # the target wrote on from each resampled token
+    assert all(0.0 <= x["score"] <= 1.0 for x in voted.search["samples"])  # no answers: a tie, all scored
 
 
 def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
@@ -396,7 +397,7 @@ def test_solve_shows_and_draws_the_tree_on_real_vllm(tmp_path_factory):
     r = subprocess.run(
         [sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "How many eggs are left?",
          "--strategy", "tree", "--opt", "k=2", "--opt", "beam=2", "--opt", "max_depth=3",
-         "--judge-opt", "threshold=0", "--target", str(target), "--draft", str(draft), "--spec", "none",
+         "--judge-opt", "floor=-8", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "6", "--max-tokens", "24", "--kv-cache-gib", "0.25",
          "--max-model-len", "512", "--trace-out", str(out / "trace.json"), "--show-tree",
          "--tree-png", str(out / "tree.png")],
@@ -406,5 +407,6 @@ def test_solve_shows_and_draws_the_tree_on_real_vllm(tmp_path_factory):
     g = load_tree(trace)
     assert "search tree" in r.stdout and r.stdout.count("draft ") >= g.number_of_nodes() - 1 - sum(
         1 for n in g.nodes if g.nodes[n].get("author") == "target")
+    assert r.stdout.count("% plausible") >= g.number_of_nodes() - 1  # what each node's score is
     assert (out / "tree.png").read_bytes()[:4] == b"\x89PNG"
     assert trace.search["options"]["k"] == 2 and trace.search["queue"]["num_batches"] >= 1
