@@ -14,7 +14,7 @@ Each with no token speculation, suffix decoding and the draft model (the 0.5B) i
 the 1.5B; engines are started one at a time, ``none`` first and last (the machine's
 drift). Ratios are tokens/s against the mean of the two ``none`` runs.
 
-    python benchmarks/sibling_speculation.py [--problems 2] [--n 4] [--max-tokens 192] [--json out.json]
+    python benchmarks/sibling_speculation.py [--problems 1] [--n 4] [--max-tokens 160] [--json out.json]
 """
 
 from __future__ import annotations
@@ -134,6 +134,6 @@ async def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    parser = pair_arguments(__doc__, problems=2, max_tokens=192)
+    parser = pair_arguments(__doc__, problems=1, max_tokens=160)
     parser.add_argument("--n", type=int, default=4, help="samples per problem (best-of-n-target, siblings)")
     asyncio.run(main(parser.parse_args()))

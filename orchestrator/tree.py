@@ -215,7 +215,8 @@ class TreeSearch(Policy):
         seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
         proposals = await run.write_many(self.proposer, [b.steps for b in owners], temperature=o.temperature,
                                          seed=seeds, logprobs=draft_logprobs(self.queue))
-        verdicts = await run.judge(self.queue, [candidate(run, self.queue, p, b.steps) for b, p in zip(owners, proposals)])
+        verdicts = await run.judge(self.queue, [candidate(run, self.queue, p, b.steps)
+                                                for b, p in zip(owners, proposals)])
         children: list[Branch] = []
         poor: list[tuple[Branch, tuple[GeneratedStep, Verdict]]] = []
         for i, b in enumerate(open_):
@@ -234,7 +235,8 @@ class TreeSearch(Policy):
 
     def search(self) -> dict[str, Any]:
         options = self.options.model_dump(include={"k", "beam", "max_depth", "temperature"})
-        ranking = ("plausible token share, then worst token logprob" if self.queue.needs_draft_tokens else "mean step score")
+        ranking = ("plausible token share, then worst token logprob" if self.queue.needs_draft_tokens
+                   else "mean step score")
         return {"tree": self.tree.to_dict(), "num_finished": self.num_finished, "num_tree_tokens": self.num_tokens,
                 "queue": self.queue.stats.to_dict(), "branch_score": ranking,
                 "options": {**options, "proposer": self.proposer.value, "token_budget": self.token_budget}}

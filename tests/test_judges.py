@@ -349,9 +349,9 @@ def test_the_ratio_test_makes_drafted_samples_follow_the_targets_distribution():
     candidates = []
     for seed in range(n):
         x = rng.choices([0, 1, 2], weights=[q[0], q[1], q[2]])[0]
-        candidates.append(StepCandidate("q", (), "ABC"[x], prefix="p", draft_token_ids=(x,), draft_token_texts=("ABC"[x],),
-                                        draft_token_logprobs=(draft[x],), temperature=temperature, seed=seed,
-                                        draft_token_tops=(tuple(enumerate(draft)),)))
+        candidates.append(StepCandidate("q", (), "ABC"[x], prefix="p", draft_token_ids=(x,),
+                                        draft_token_texts=("ABC"[x],), draft_token_logprobs=(draft[x],),
+                                        temperature=temperature, seed=seed, draft_token_tops=(tuple(enumerate(draft)),)))
     for c, v in zip(candidates, asyncio.run(judge.judge(candidates))):
         if v.accept:
             counts[c.draft_token_ids[0]] += 1

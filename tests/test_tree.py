@@ -328,7 +328,8 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tmp_path_factory)
 
     async def main():
         target, draft = tiny_engine(paths[0]), tiny_engine(paths[1])
-        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None), rules=StepRules(delimiter="ge"))
+        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None),
+                    rules=StepRules(delimiter="ge"))
         try:
             searched = await Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)
             voted = await Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)
