@@ -33,7 +33,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
-from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
+from orchestrator.driver import Policy, StrategyOptions, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import find_answer, split_steps
@@ -189,11 +189,8 @@ async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engin
                     sampler: str = "draft", **options: Any) -> Trace:
     """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
-    author = sampler_author("best-of-n", sampler, draft)
-    shared, options = split_shared(options)
-    name = "best-of-n" if author is Author.DRAFT else "best-of-n-target"
-    policy = BestOfN(judge, BestOfNOptions.parse(name, options), author)
-    return await drive(policy, question, {"target": target, "draft": draft}, **shared)
+    return await drive_search("best-of-n", BestOfN, BestOfNOptions, question, sampler,
+                              {"target": target, "draft": draft}, judge, options)
 
 
 async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:

@@ -116,13 +116,20 @@ def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return ({k: v for k, v in keywords.items() if k in SHARED}, {k: v for k, v in keywords.items() if k not in SHARED})
 
 
-def sampler_author(strategy: str, who: str, draft: Engine | None) -> Author:
-    """Who samples a search strategy's candidates ("draft", or "target" for its ``-target`` twin)."""
+async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Policy],
+                       options_model: type[StrategyOptions], question: str, who: str,
+                       engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any]) -> Trace:
+    """A search strategy (``tree``, ``best-of-n``) run by :func:`drive`: ``who`` samples its
+    candidates ("draft"; "target": its ``-target`` twin, the baseline), ``keywords`` are the
+    strategy's options and the driver's."""
     if who not in ("draft", "target"):
         raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
-    if who == "draft" and draft is None:
+    if who == "draft" and engines.get("draft") is None:
         raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
-    return Author(who)
+    author = Author(who)
+    shared, options = split_shared(keywords)
+    name = strategy if author is Author.DRAFT else f"{strategy}-target"
+    return await drive(policy(judge, options_model.parse(name, options), author), question, engines, **shared)
 
 
 def backoff_governor(backoff: bool, governor: GoodputGovernor | None) -> GoodputGovernor | None:

@@ -51,11 +51,15 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, StepCandidate, Verdict
-from orchestrator.driver import Policy, StrategyOptions, drive, sampler_author, split_shared
+from orchestrator.driver import Policy, StrategyOptions, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 from orchestrator.verify_queue import JudgeQueue
+
+
+# What ranks the branches, by whether the judge is a token-level verifier (Trace.search["branch_score"]).
+BRANCH_SCORE = {True: "plausible token share, then worst token logprob", False: "mean step score"}
 
 
 class TreeOptions(StrategyOptions):
@@ -235,10 +239,8 @@ class TreeSearch(Policy):
 
     def search(self) -> dict[str, Any]:
         options = self.options.model_dump(include={"k", "beam", "max_depth", "temperature"})
-        ranking = ("plausible token share, then worst token logprob" if self.queue.needs_draft_tokens
-                   else "mean step score")
         return {"tree": self.tree.to_dict(), "num_finished": self.num_finished, "num_tree_tokens": self.num_tokens,
-                "queue": self.queue.stats.to_dict(), "branch_score": ranking,
+                "queue": self.queue.stats.to_dict(), "branch_score": BRANCH_SCORE[self.queue.needs_draft_tokens],
                 "options": {**options, "proposer": self.proposer.value, "token_budget": self.token_budget}}
 
 
@@ -265,11 +267,8 @@ async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | N
                proposer: str = "draft", **options: Any) -> Trace:
     """``options``: :class:`TreeOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``proposer``: who samples the candidates ("target": the ``tree-target`` baseline)."""
-    author = sampler_author("tree", proposer, draft)
-    shared, options = split_shared(options)
-    name = "tree" if author is Author.DRAFT else "tree-target"
-    policy = TreeSearch(judge, TreeOptions.parse(name, options), author)
-    return await drive(policy, question, {"target": target, "draft": draft}, **shared)
+    return await drive_search("tree", TreeSearch, TreeOptions, question, proposer, {"target": target, "draft": draft},
+                              judge, options)
 
 
 async def tree_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:
