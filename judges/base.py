@@ -112,6 +112,14 @@ class Verdict:
     plausible: float | None = None
 
 
+def plausible_share(parts: Sequence[tuple[float, int]]) -> float:
+    """The share of tokens a token-level verifier found plausible over several steps, each
+    given as (its ``Verdict.plausible``, its tokens): weighted by tokens, never a mean of
+    per-step shares (1.0 with no tokens, as for an empty step)."""
+    total = sum(n for _, n in parts)
+    return sum(share * n for share, n in parts) / total if total else 1.0
+
+
 @runtime_checkable
 class Judge(Protocol):
     name: str

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine.protocol import Engine
-from judges.base import Judge, JudgeError
+from judges.base import Judge, JudgeError, plausible_share
 from orchestrator.driver import Policy, StrategyOptions, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
@@ -171,7 +171,7 @@ async def score_solutions(run: TraceRun, judge: Judge, solutions: list[Solution]
         for s, v in zip(unscored, verdicts):
             s.plausible = [(v.plausible, len(s.sample.token_ids))]
         for s in solutions:
-            s.score = sum(share * n for share, n in s.plausible) / max(1, sum(n for _, n in s.plausible))
+            s.score = plausible_share(s.plausible)
     else:
         for s, v in zip(solutions, await run.judge(judge, [run.rating(s.text(run.rules.delimiter))
                                                            for s in solutions])):

@@ -50,7 +50,7 @@ from typing import Any
 from pydantic import Field
 
 from engine.protocol import Engine
-from judges.base import Judge, JudgeError, StepCandidate, Verdict
+from judges.base import Judge, JudgeError, StepCandidate, Verdict, plausible_share
 from orchestrator.driver import Policy, StrategyOptions, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
@@ -78,16 +78,15 @@ class Branch:
     steps: list[StepRecord] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # per step: the verdict's score
     ends: str | None = None  # the last step's GeneratedStep.ends
-    # Per step, with a token-level verifier: (tokens it finds plausible, tokens).
-    tokens: list[tuple[int, int]] = field(default_factory=list)
+    # Per step, with a token-level verifier: (the share of its tokens it finds plausible, tokens).
+    tokens: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def score(self) -> float:
         """The branch score: with a token-level verifier the share of the branch's tokens
         the target finds plausible; with a whole-step judge the mean step score."""
         if self.tokens:
-            plausible, total = (sum(x) for x in zip(*self.tokens))
-            return plausible / total if total else 1.0
+            return plausible_share(self.tokens)
         return sum(self.scores) / len(self.scores) if self.scores else 0.0
 
     @property
@@ -116,16 +115,14 @@ class Child:
         return dict(draft_text=self.step.text if self.author is Author.DRAFT else None, accepted=self.verdict.accept,
                     score=self.verdict.score, judge=self.verdict.judge)
 
-    def tokens(self) -> tuple[int, int] | None:
-        """(plausible, total) tokens under a token-level verdict: a repaired step's kept and
+    def tokens(self) -> tuple[float, int] | None:
+        """(plausible share, tokens) under a token-level verdict: a repaired step's kept and
         target-written tokens are all plausible."""
         if self.verdict.plausible is None:
             return None
         if self.repaired is not None:
-            total = self.verdict.cut.offset + self.step.num_tokens
-            return total, total
-        total = max(len(self.step.token_ids), 1)
-        return round(self.verdict.plausible * total), total
+            return 1.0, self.verdict.cut.offset + self.step.num_tokens
+        return self.verdict.plausible, max(len(self.step.token_ids), 1)
 
 
 class SearchTree:
@@ -143,7 +140,7 @@ class SearchTree:
         node = self.graph.number_of_nodes()
         extra: dict[str, Any] = {}
         if tokens is not None:
-            extra["plausible"] = tokens[0] / tokens[1] if tokens[1] else 1.0
+            extra["plausible"] = tokens[0]
         if verdict.cut is not None:
             extra.update(cut_token=verdict.cut.token, cut_logprob=verdict.cut.target_logprob,
                          repaired=child.repaired is not None)
