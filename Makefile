@@ -77,14 +77,28 @@ bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
 
 # The learned router end to end: collect both models' steps on 200 generated
-# grade-school problems (resumable: run it again), train, then bench it beside
-# target-only, specreason and the oracle on the first 30 GSM8K test problems.
+# grade-school problems (resumable: run it again), label each drafted step by the target's
+# likelihood verifier (cut or not; resumable), train on that label (tau: as many target
+# calls as the verifier's cut share).
 router: setup
 	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data
+	$(RUN_FAST) $(VENV)/bin/stepspec router verify runs/router-data
 	$(VENV)/bin/stepspec router train runs/router-data --out runs/router.pt
 
-bench-router: router
-	$(VENV)/bin/stepspec bench --dataset gsm8k --limit 30 --strategies target-only,specreason,arbitrage,arbitrage-oracle --router runs/router.pt --output-dir runs/gsm8k30-router
+# The router (ROUTER_FILE: the committed one, trained on benchmarks/measured/router_data_cpu;
+# `make router` makes runs/router.pt) beside target-only and specreason on the likelihood
+# verifier at two strictnesses (the accuracy/speed curve the router has to reach), the first
+# 100 GSM8K problems (throughput) and latency on the first 30; resumable like `make bench`.
+# The router and specreason's default both let the target write the first two steps.
+ROUTER_FILE ?= benchmarks/measured/router.pt
+ROUTER_DIR ?= benchmarks/measured/gsm8k100_router_cpu
+ROUTER_ARMS = --strategies target-only,arbitrage,sr-lik,sr-lik-loose --router $(ROUTER_FILE) \
+	--latency-strategies target-only,arbitrage,sr-lik --opt arbitrage.first_target_steps=2 \
+	--opt sr-lik.strategy=specreason --opt sr-lik.judge=likelihood \
+	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood \
+	--opt sr-lik-loose.judge.floor=-8 --opt sr-lik-loose.judge.math_max_rank=none
+bench-router: setup
+	$(call bench_run,$(ROUTER_DIR),$(ROUTER_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
 # twins (same k, beam, depth; same n, temperature 0.7) on the first 100 GSM8K test problems

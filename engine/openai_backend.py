@@ -477,16 +477,16 @@ class OpenAIEngine:
                    "continue_final_message": continue_final_message}
         ids = [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
         text = await self.adecode(ids)
-        if await self._aencode(text) != ids:
+        if await self.aencode(text) != ids:
             raise EngineError(f"engine '{self.name}': the chat template the server renders does not survive a "
                               "detokenize/tokenize round trip, so its text cannot be recovered exactly; pass "
                               "tokenizer=<local path or Hugging Face id> to render it here")
         return text
 
     async def acount_tokens(self, text: str) -> int:
-        return len(await self._aencode(text))
+        return len(await self.aencode(text))
 
-    async def _aencode(self, text: str) -> list[int]:
+    async def aencode(self, text: str) -> list[int]:
         """:meth:`encode`, by the server's ``/tokenize`` when there is no local tokenizer."""
         if self._tokenizer is not None:
             return self.encode(text)
@@ -760,7 +760,7 @@ class OpenAIEngine:
         return results
 
     async def _prefix_ids(self, prefix: Prompt) -> list[int]:
-        ids = (await self._aencode(prefix) if prefix else []) if isinstance(prefix, str) else list(prefix)
+        ids = (await self.aencode(prefix) if prefix else []) if isinstance(prefix, str) else list(prefix)
         if not ids:
             raise EngineError(f"engine '{self.name}': empty prefix; a continuation is scored after at least one "
                               "prefix token (start the prefix with the prompt it continues)")

@@ -83,6 +83,10 @@ class Engine(Protocol):
         """:meth:`count_tokens` for code on the event loop (see :meth:`aapply_chat_template`)."""
         ...
 
+    async def aencode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added (a collected step's text, to verify)."""
+        ...
+
     async def adecode(self, token_ids: Sequence[int]) -> str:
         """The text of token ids (a token a verifier resampled, to write on from)."""
         ...

@@ -311,6 +311,9 @@ class VLLMEngine:
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)
 
+    async def aencode(self, text: str) -> list[int]:
+        return self.encode(text)
+
     async def adecode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids))
 

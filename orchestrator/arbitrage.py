@@ -10,6 +10,9 @@ a few milliseconds of features and a small classifier (:mod:`routers`).
 is collected): both models write every step from the same prefix, the judge
 rates both, and the better one stays (a tie keeps the draft's).
 
+``backoff``: as in ``specreason``, a governor shared by the problems in flight lets
+the target write the step when drafting does not pay at the measured load.
+
 Worked example (router tau 0.4): the draft writes "16 - 3 = 13 eggs." with
 p_target 0.12: kept (author "draft", score 0.12). It writes "13 - 4 = 8 eggs."
 with p_target 0.71: routed; the target writes "13 - 4 = 9 eggs." (author
@@ -26,7 +29,8 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
-from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
+from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, Trace
@@ -44,6 +48,8 @@ def routing_state(run: TraceRun, drafted: GeneratedStep) -> RoutingState:
 
 class ArbitrageOptions(StrategyOptions):
     first_target_steps: int = Field(0, ge=0, description="steps the target writes before the draft starts")
+    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
+                                            "does not pay (goodput, as in specreason)")
 
 
 class Arbitrage(Policy):
@@ -53,8 +59,9 @@ class Arbitrage(Policy):
         self.router, self.options = router, options
 
     async def step(self, run: TraceRun) -> None:
-        if len(run.steps) < self.options.first_target_steps:
-            run.keep(Author.TARGET, await run.write("target"))
+        mode = run.decide()  # goodput: at this load, does drafting pay?
+        if len(run.steps) < self.options.first_target_steps or mode is StepMode.TARGET:
+            run.keep(Author.TARGET, await run.write("target"), backoff=mode is StepMode.TARGET)
             return
         drafted = await run.write("draft", logprobs=ROUTER_LOGPROBS)
         t0 = time.perf_counter()
@@ -73,11 +80,13 @@ class Arbitrage(Policy):
             run.keep(Author.TARGET, await run.write("target"), **routed)
 
 
-async def arbitrage(question: str, *, draft: Engine, target: Engine, router: Router, **options: Any) -> Trace:
+async def arbitrage(question: str, *, draft: Engine, target: Engine, router: Router,
+                    governor: GoodputGovernor | None = None, **options: Any) -> Trace:
     """``options``: :class:`ArbitrageOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
     o = ArbitrageOptions.parse("arbitrage", options)
-    return await drive(Arbitrage(router, o), question, {"draft": draft, "target": target}, **shared)
+    return await drive(Arbitrage(router, o), question, {"draft": draft, "target": target},
+                       governor=backoff_governor(o.backoff, governor), **shared)
 
 
 class ArbitrageOracle(Policy):

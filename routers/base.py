@@ -18,7 +18,13 @@ Terms used in training (:mod:`routers.train`):
 * quality: a judge's rating of one candidate step in its context (default the
   target's 0-9 self-score, :class:`judges.score.ScoreJudge`);
 * advantage: target quality minus draft quality at the same position;
-* label: advantage > margin ("the target's step is meaningfully better").
+* label ``advantage``: advantage > margin ("the target's step is meaningfully
+  better", by the judge's ratings);
+* label ``verifier`` (the default): the target's likelihood verifier
+  (:class:`judges.likelihood.LikelihoodJudge`, typed rules) cut the drafted step:
+  one of its tokens is implausible to the target, so ``specreason`` with that
+  judge would have sent the step to the target. ``stepspec router verify``
+  scores every collected step once (one prefill each) and records the verdict.
 
 Worked example, margin 0.5: at step 3 the draft writes "13 - 4 = 8 eggs." and
 the target "13 - 4 = 9 eggs."; the judge rates them 4.1 and 8.7: advantage
@@ -105,6 +111,11 @@ class RoutingExample:
     num_draft_tokens: int
     num_target_tokens: int
     judge: str
+    # The likelihood verifier's verdict on the drafted step (``stepspec router verify``):
+    # whether it cut the step, and the share of its tokens the target found plausible.
+    # None: not verified.
+    verifier_cut: bool | None = None
+    verifier_plausible: float | None = None
 
     @property
     def advantage(self) -> float | None:
@@ -122,3 +133,26 @@ class RoutingExample:
         state = data["state"]
         state = RoutingState(**{k: tuple(v) if isinstance(v, list) else v for k, v in state.items()})
         return cls(**{**data, "state": state})
+
+
+@dataclass(frozen=True)
+class VerifiedStep:
+    """The likelihood verifier's verdict on one collected drafted step, a line of a
+    collection's ``verdicts.jsonl`` (``stepspec router verify``): whether it cut the step,
+    the share of the step's tokens the target found plausible, and where the cut fell
+    (token offset, the token's text and the target's logprob of it)."""
+
+    problem_id: str
+    position: int
+    cut: bool
+    plausible: float
+    cut_offset: int | None = None
+    cut_token: str | None = None
+    cut_logprob: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifiedStep":
+        return cls(**data)

@@ -5,7 +5,9 @@ token logprobs) and from the trace so far: no extra model call, except the
 optional sentence embedding of the step (bundled all-MiniLM-L6-v2, a few
 milliseconds on a CPU).
 
-Feature set version 1 (``FEATURE_VERSION``), in this order:
+Feature set version 2 (``FEATURE_VERSION``), in this order (version 2 added the
+three ``head_`` features: the literature on step routing finds the draft's
+uncertainty at the start of a step predictive of a step that goes wrong):
 
 ==================== ==================================================================
 name                 meaning
@@ -15,6 +17,9 @@ min_logprob          the lowest of those logprobs (the step's least sure token)
 low_conf_share       share of the step's tokens written with probability below 0.5
 mean_entropy         mean top-k entropy (nats) of the draft's next-token distribution
 max_entropy          the highest of those entropies
+head_mean_entropy    mean entropy over the step's first ``HEAD_TOKENS`` (8) tokens
+head_max_entropy     the highest entropy among those first tokens
+head_mean_logprob    mean logprob of the draft's own tokens among those first tokens
 log_num_tokens       log(1 + tokens in the step)
 log_position         log(1 + the step's index in the trace)
 cut                  1 if the step was cut by the per-step token cap
@@ -48,14 +53,16 @@ from routers.base import RoutingState
 if TYPE_CHECKING:
     import numpy as np
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+HEAD_TOKENS = 8  # a step's first tokens: where the draft picks its way
 EMBEDDING_MODEL = "all-minilm-l6-v2"
 EMBEDDING_DIM = 384
 CUE_WORDS = ("wait", "but", "however", "actually", "alternatively", "hmm", "check", "verify", "recheck",
              "mistake", "instead", "oops", "let me")
 SCALAR_FEATURES = ("mean_logprob", "min_logprob", "low_conf_share", "mean_entropy", "max_entropy",
-                   "log_num_tokens", "log_position", "cut", "opens_with_cue", "num_cue_words", "has_answer",
-                   "log_num_numbers", "has_code", "history_target_share", "last_step_target")
+                   "head_mean_entropy", "head_max_entropy", "head_mean_logprob", "log_num_tokens", "log_position",
+                   "cut", "opens_with_cue", "num_cue_words", "has_answer", "log_num_numbers", "has_code",
+                   "history_target_share", "last_step_target")
 
 _CUE = re.compile(r"\b(" + "|".join(re.escape(c) for c in CUE_WORDS) + r")\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -81,12 +88,16 @@ def scalar_features(s: RoutingState) -> list[float]:
     text = s.draft_step
     head = _LEAD.sub("", text, count=1)
     authors = s.previous_authors
+    head_lps, head_ents = lps[:HEAD_TOKENS], ents[:HEAD_TOKENS]
     return [
         sum(lps) / n if n else 0.0,
         min(lps) if n else 0.0,
         sum(1 for lp in lps if lp < math.log(0.5)) / n if n else 0.0,
         sum(ents) / len(ents) if ents else 0.0,
         max(ents) if ents else 0.0,
+        sum(head_ents) / len(head_ents) if head_ents else 0.0,
+        max(head_ents) if head_ents else 0.0,
+        sum(head_lps) / len(head_lps) if head_lps else 0.0,
         math.log1p(n),
         math.log1p(s.position),
         0.0 if s.complete else 1.0,

@@ -1,42 +1,86 @@
 """Train a learned router from collected steps, measure it, and choose its tau.
 
-Data: :class:`routers.base.RoutingExample` records (``stepspec router collect``).
-Label: 1 when the target's step is meaningfully better, advantage > ``margin``.
-Examples the judge could not rate are left out (and counted).
+Data: :class:`routers.base.RoutingExample` records (``stepspec router collect``,
+then ``stepspec router verify`` for the verifier's verdicts).
+Label (``Label``):
+
+* ``verifier`` (default): 1 when the target's likelihood verifier cut the drafted
+  step (a token the target finds implausible): the steps ``specreason`` with the
+  likelihood judge sends to the target. It follows correctness: where the 0.5B
+  goes wrong, the 1.5B gives the wrong token a logprob below -5;
+* ``advantage``: 1 when the target's step is rated better by more than ``margin``
+  (the 0-9 self-score by default, which rates almost every step alike).
+
+Examples without the label's data (not verified, not rated) are left out and counted.
 
 The split is by problem (all steps of a problem on one side), seeded, so the
 held-out numbers are about unseen problems. On the held-out side:
 
 * ROC-AUC of p_target against the label;
 * the routing curve: for each tau, the share of steps routed to the target
-  (target calls), the share of the candidates' tokens the target wrote, and
-  the mean step quality of the trace it would build (the target's candidate
-  where routed, the draft's elsewhere), beside the same numbers for
-  ``specreason`` (target only where the draft's quality is below its
-  threshold) and for the oracle (the better candidate every time).
+  (target calls), the share of the candidates' tokens the target wrote, the
+  share of the verifier-cut steps left with the draft (missed cuts), and the
+  mean step rating of the trace it would build, beside the same numbers for
+  ``specreason-likelihood`` (exactly the cut steps to the target), ``specreason``
+  (target where the draft's rating is below its threshold) and the oracle (the
+  better-rated candidate every time).
 
 Tau is chosen on the held-out side for the user's goal:
 
 * ``target_budget=r``: the lowest tau whose share of target calls is at most r
-  (most of the target's help within the budget);
-* ``match_specreason=True``: among taus whose mean quality reaches
-  specreason's, the one with the fewest target tokens. If none reaches it, the
-  best-quality tau is taken and ``goal_met`` is False (said, not hidden).
+  (most of the target's help within the budget); with the ``verifier`` label and
+  no goal given, r is the training steps' cut share (as many target calls as
+  specreason-likelihood makes);
+* ``match_specreason=True`` (``advantage`` label): among taus whose mean rating
+  reaches specreason's, the one with the fewest target tokens. If none reaches it,
+  the best-rated tau is taken and ``goal_met`` is False (said, not hidden).
+
+Worked example, verifier label: 1000 held-out steps, 300 cut by the verifier. At
+tau 0.4 the router sends 320 steps to the target, 240 of them cut ones: target
+calls 32%, missed cuts 60 / 300 = 20%; specreason-likelihood: 30% and 0%.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from common.files import JsonlError, read_jsonl
-from routers.base import RouterError, RoutingExample
+from routers.base import RouterError, RoutingExample, VerifiedStep
 from routers.features import FeatureSet, featurize
 from routers.learned import LearnedRouter, build_net
+
+
+EXAMPLES_FILE, VERDICTS_FILE = "examples.jsonl", "verdicts.jsonl"
+
+
+def read_collection(directory: str | os.PathLike) -> tuple[list[RoutingExample], int]:
+    """A collection's examples with the verifier's verdicts (``verdicts.jsonl``, when
+    ``stepspec router verify`` has run) filled in; see :func:`read_examples`."""
+    directory = Path(directory)
+    examples, dropped = read_examples(directory / EXAMPLES_FILE)
+    verdicts = read_verdicts(directory / VERDICTS_FILE)
+    return [replace(ex, verifier_cut=v.cut, verifier_plausible=v.plausible)
+            if (v := verdicts.get((ex.problem_id, ex.state.position))) is not None else ex
+            for ex in examples], dropped
+
+
+def read_verdicts(path: str | os.PathLike) -> dict[tuple[str, int], VerifiedStep]:
+    """The verdicts by (problem, position); none when the file is not there."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        read = read_jsonl(path, VerifiedStep.from_dict)
+    except JsonlError as e:
+        raise RouterError(f"{e.path}:{e.lineno}: malformed verdict ({e.cause}); remove the line and verify "
+                          "again (it goes on where it stopped)") from e
+    return {(v.problem_id, v.position): v for v in read.records}
 
 
 def read_examples(path: str | os.PathLike) -> tuple[list[RoutingExample], int]:
@@ -54,7 +98,26 @@ def read_examples(path: str | os.PathLike) -> tuple[list[RoutingExample], int]:
     return list(by_key.values()), int(read.torn_line is not None)
 
 
-def labels(examples: Sequence[RoutingExample], margin: float) -> list[int]:
+class Label(str, enum.Enum):
+    """What a router learns to predict (see the module docstring)."""
+
+    VERIFIER = "verifier"
+    ADVANTAGE = "advantage"
+
+    def __str__(self) -> str:  # pragma: no cover - cosmetic
+        return self.value
+
+
+def labelled(examples: Sequence[RoutingExample], label: Label) -> list[RoutingExample]:
+    """The examples that carry ``label``'s data (verified, or rated)."""
+    if label is Label.VERIFIER:
+        return [ex for ex in examples if ex.verifier_cut is not None]
+    return [ex for ex in examples if ex.advantage is not None]
+
+
+def labels(examples: Sequence[RoutingExample], label: Label, margin: float) -> list[int]:
+    if label is Label.VERIFIER:
+        return [int(bool(ex.verifier_cut)) for ex in examples]
     return [int(ex.advantage > margin) for ex in examples]  # type: ignore[operator]
 
 
@@ -97,15 +160,20 @@ class CurvePoint:
     tau: float
     target_call_share: float  # steps routed to the target
     target_token_share: float  # the target's share of the kept steps' tokens
-    mean_quality: float  # of the kept steps: the target's where routed, the draft's elsewhere
+    mean_quality: float | None  # rating of the kept steps (the target's where routed); None: none rated
+    missed_cut_share: float | None = None  # verifier-cut steps left with the draft; None: none cut or verified
 
 
 def routing_point(routed: Sequence[bool], examples: Sequence[RoutingExample], tau: float = math.nan) -> CurvePoint:
     n = len(examples)
     tokens = [ex.num_target_tokens if r else ex.num_draft_tokens for r, ex in zip(routed, examples)]
     target_tokens = sum(t for t, r in zip(tokens, routed) if r)
-    quality = [ex.target_quality if r else ex.draft_quality for r, ex in zip(routed, examples)]
-    return CurvePoint(tau, sum(routed) / n, target_tokens / max(1, sum(tokens)), sum(quality) / n)  # type: ignore
+    quality = [q for r, ex in zip(routed, examples)
+               if (q := ex.target_quality if r else ex.draft_quality) is not None]
+    cut = [r for r, ex in zip(routed, examples) if ex.verifier_cut]
+    return CurvePoint(tau, sum(routed) / n, target_tokens / max(1, sum(tokens)),
+                      sum(quality) / len(quality) if quality else None,
+                      (len(cut) - sum(cut)) / len(cut) if cut else None)
 
 
 def routing_curve(p: Sequence[float], examples: Sequence[RoutingExample]) -> list[CurvePoint]:
@@ -115,13 +183,20 @@ def routing_curve(p: Sequence[float], examples: Sequence[RoutingExample]) -> lis
 
 
 def reference_points(examples: Sequence[RoutingExample], specreason_threshold: float) -> dict[str, CurvePoint]:
-    """What the fixed policies do on the same steps."""
-    return {
+    """What the fixed policies do on the same steps (those that need ratings or verdicts
+    only where every step has them)."""
+    refs = {
         "draft-only": routing_point([False] * len(examples), examples),
         "target-only": routing_point([True] * len(examples), examples),
-        "specreason": routing_point([ex.draft_quality < specreason_threshold for ex in examples], examples),
-        "oracle": routing_point([ex.target_quality > ex.draft_quality for ex in examples], examples),
     }
+    if all(ex.verifier_cut is not None for ex in examples):
+        refs["specreason-likelihood"] = routing_point([bool(ex.verifier_cut) for ex in examples], examples)
+    if all(ex.advantage is not None for ex in examples):
+        refs["specreason"] = routing_point([ex.draft_quality < specreason_threshold  # type: ignore[operator]
+                                            for ex in examples], examples)
+        refs["oracle"] = routing_point([ex.target_quality > ex.draft_quality  # type: ignore[operator]
+                                        for ex in examples], examples)
+    return refs
 
 
 def choose_tau(curve: Sequence[CurvePoint], *, target_budget: float | None = None,
@@ -134,10 +209,13 @@ def choose_tau(curve: Sequence[CurvePoint], *, target_budget: float | None = Non
             raise RouterError(f"target budget must be a share within 0..1, got {target_budget}")
         within = [c for c in curve if c.target_call_share <= target_budget]
         return min(within, key=lambda c: c.tau), True  # 1.01 (never route) is always within
-    meeting = [c for c in curve if c.mean_quality >= min_quality - 1e-9]
+    rated = [c for c in curve if c.mean_quality is not None]
+    if not rated:
+        raise RouterError("no rated steps to match a rating with; choose tau by a target budget instead")
+    meeting = [c for c in rated if c.mean_quality >= min_quality - 1e-9]  # type: ignore[operator]
     if meeting:
         return min(meeting, key=lambda c: (c.target_token_share, -c.tau)), True
-    return max(curve, key=lambda c: (c.mean_quality, c.tau)), False
+    return max(rated, key=lambda c: (c.mean_quality, c.tau)), False
 
 
 def fit(x: Any, y: Sequence[int], *, hidden: int = 0, epochs: int = 400, lr: float = 0.05,
@@ -174,22 +252,34 @@ class TrainReport:
     curve: list[CurvePoint] = field(default_factory=list)
 
 
-def train_router(examples: Sequence[RoutingExample], *, margin: float = 0.5, held_out: float = 0.25,
-                 seed: int = 0, hidden: int = 0, epochs: int = 400, embedding: bool = True,
+def train_router(examples: Sequence[RoutingExample], *, label: Label | str = Label.VERIFIER, margin: float = 0.5,
+                 held_out: float = 0.25, seed: int = 0, hidden: int = 0, epochs: int = 400, embedding: bool = True,
                  target_budget: float | None = None, match_specreason: bool = False,
                  specreason_threshold: float = 7.0, tau: float | None = None,
                  source: str | None = None) -> TrainReport:
     """Fit, measure on held-out problems, choose tau; returns the router and its numbers."""
-    rated = [ex for ex in examples if ex.advantage is not None]
-    num_unrated = len(examples) - len(rated)
+    try:
+        label = Label(label)
+    except ValueError:
+        raise RouterError(f"unknown label '{label}'; one of {', '.join(x.value for x in Label)}") from None
+    usable = labelled(examples, label)
+    num_unlabelled = len(examples) - len(usable)
+    if not usable:
+        fix = ("verify them first: `stepspec router verify DATA_DIR`" if label is Label.VERIFIER
+               else "collect them with a rating judge (score)")
+        raise RouterError(f"none of the {len(examples)} steps carries the '{label}' label's data; {fix}")
     goals = sum([target_budget is not None, match_specreason, tau is not None])
-    if goals != 1:
+    if goals > 1 or (goals == 0 and label is Label.ADVANTAGE):
         raise RouterError("give exactly one way to set tau: a target-call budget, match specreason, or tau itself")
-    train, test = split_by_problem(rated, held_out, seed)
-    y_train, y_test = labels(train, margin), labels(test, margin)
+    if match_specreason and label is not Label.ADVANTAGE:
+        raise RouterError("match specreason compares the judge's ratings: train with label 'advantage', or give "
+                          "the verifier label a target-call budget")
+    train, test = split_by_problem(usable, held_out, seed)
+    y_train, y_test = labels(train, label, margin), labels(test, label, margin)
     if len(set(y_train)) < 2:
         raise RouterError(f"the training steps hold one class only ({sum(y_train)} of {len(y_train)} labelled "
-                          f"'target better' at margin {margin}); collect more steps or lower the margin")
+                          f"positive by '{label}'{f' at margin {margin}' if label is Label.ADVANTAGE else ''}); "
+                          "collect more steps" + (" or lower the margin" if label is Label.ADVANTAGE else ""))
     feature_set = FeatureSet(embedding=embedding)
     net, mean, std = fit(featurize([ex.state for ex in train], feature_set), y_train, hidden=hidden,
                          epochs=epochs, seed=seed)
@@ -200,21 +290,24 @@ def train_router(examples: Sequence[RoutingExample], *, margin: float = 0.5, hel
     refs = reference_points(test, specreason_threshold)
     if tau is not None:
         chosen, met = routing_point([x >= tau for x in p_test], test, tau), True
-        goal = {"tau": tau}
-    elif target_budget is not None:
-        chosen, met = choose_tau(curve, target_budget=target_budget)
-        goal = {"target_budget": target_budget}
-    else:
+        goal: dict[str, Any] = {"tau": tau}
+    elif match_specreason:
         chosen, met = choose_tau(curve, min_quality=refs["specreason"].mean_quality)
         goal = {"match_specreason": True, "specreason_threshold": specreason_threshold}
+    else:
+        goal = {"target_budget": target_budget}
+        if target_budget is None:  # as many target calls as specreason-likelihood makes on the training steps
+            target_budget = sum(y_train) / len(y_train)
+            goal = {"target_budget": target_budget, "from": "the verifier's cut share of the training steps"}
+        chosen, met = choose_tau(curve, target_budget=target_budget)
     router.tau = min(1.0, chosen.tau)
     metrics: dict[str, Any] = {
-        "source": source, "num_examples": len(examples), "num_unrated": num_unrated,
-        "num_problems": len({ex.problem_id for ex in rated}),
+        "source": source, "label": label.value, "num_examples": len(examples), "num_unlabelled": num_unlabelled,
+        "num_problems": len({ex.problem_id for ex in usable}),
         "num_train": len(train), "num_held_out": len(test),
         "num_train_problems": len({ex.problem_id for ex in train}),
         "num_held_out_problems": len({ex.problem_id for ex in test}),
-        "margin": margin, "positive_share_train": sum(y_train) / len(y_train),
+        "margin": margin if label is Label.ADVANTAGE else None, "positive_share_train": sum(y_train) / len(y_train),
         "positive_share_held_out": sum(y_test) / len(y_test) if y_test else None,
         "auc_train": roc_auc(y_train, p_train), "auc_held_out": roc_auc(y_test, p_test),
         "hidden": hidden, "epochs": epochs, "seed": seed, "embedding": embedding,
@@ -226,6 +319,6 @@ def train_router(examples: Sequence[RoutingExample], *, margin: float = 0.5, hel
     return TrainReport(router, metrics, curve)
 
 
-def _point(c: CurvePoint) -> dict[str, float]:
+def _point(c: CurvePoint) -> dict[str, float | None]:
     return {"target_call_share": c.target_call_share, "target_token_share": c.target_token_share,
-            "mean_quality": c.mean_quality}
+            "mean_quality": c.mean_quality, "missed_cut_share": c.missed_cut_share}

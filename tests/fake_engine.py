@@ -141,6 +141,9 @@ class ScriptedEngine:
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)
 
+    async def aencode(self, text: str) -> list[int]:
+        return [self.token_id(t) for t in re.findall(r"\s*\S+|\s+$", text)]  # trailing whitespace: a token
+
     async def adecode(self, token_ids: Sequence[int]) -> str:
         texts = {i: t for t, i in self.vocab.items()}
         return "".join(texts[i] for i in token_ids)

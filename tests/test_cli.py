@@ -244,3 +244,24 @@ def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_thei
     assert all((checked[s].options["k"], checked[s].options["beam"]) == (3, 2) for s in ("tree", "tree-target"))
     assert all((checked[s].options["n"], checked[s].options["temperature"]) == (5, 0.7)
                for s in ("best-of-n", "best-of-n-target"))
+
+
+def test_make_bench_router_runs_the_committed_router_beside_the_verifier_curve(tmp_path, monkeypatch):
+    """`make bench-router` up to the engines: the committed router file loads under this
+    feature version, and specreason runs on the verifier at two strictnesses beside it."""
+    pytest.importorskip("torch", reason="the router file needs torch")
+    (args,) = _makefile_bench_runs(tmp_path, "bench-router", ROUTER_DIR="router").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
+    assert arms == {"target-only": ("target-only", None), "arbitrage": ("arbitrage", None),
+                    "sr-lik": ("specreason", "likelihood"), "sr-lik-loose": ("specreason", "likelihood")}
+    assert config["latency_strategies"] == ["target-only", "arbitrage", "sr-lik"]
+    router = checked["arbitrage"].router
+    assert router.name == "learned" and router.metadata["label"] == "verifier" and 0 < router.tau < 1
+    from orchestrator.specreason import SpecReasonOptions
+
+    # both let the target write the first two steps (specreason by its default)
+    assert checked["arbitrage"].options["first_target_steps"] == SpecReasonOptions().first_target_steps == 2
+    assert "first_target_steps" not in checked["sr-lik"].options
+    loose = checked["sr-lik-loose"].judge
+    assert (loose.floor, loose.math_max_rank) == (-8, None) and checked["sr-lik"].judge.floor == -5.0

@@ -164,7 +164,7 @@ def test_every_strategy_declares_its_options_once():
         "specreason": {"first_target_steps": 2, "backoff": True},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True},
         "spec-thinking": {"takeover_tokens": 128},
-        "arbitrage": {"first_target_steps": 0},
+        "arbitrage": {"first_target_steps": 0, "backoff": True},
         "tree": {"k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0, "token_budget": None},
         "best-of-n": {"n": 5, "temperature": 0.8, "seed": 0, "vote": "majority"},
     }
@@ -177,7 +177,7 @@ def test_every_strategy_declares_its_options_once():
         config = strategy.options_model.model_config
         assert config["frozen"] and config["extra"] == "forbid"
     assert get_strategy("spec-thinking").options == ("cues", "takeover_tokens")
-    assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead"]
+    assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead", "arbitrage"]
 
 
 def test_options_are_checked_by_name_and_value():

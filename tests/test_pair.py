@@ -268,3 +268,40 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     assert max(abs(a.logprob - b.logprob) for a, b in zip(cached.tokens, fresh.tokens)) < 1e-3
     print(f"\nrank-1 likelihood on GSM8K {LOSSLESS_PROBLEMS}: {kept} drafted tokens kept, {cut} steps cut, "
           "text equal to target-only's")
+
+
+def test_router_verify_labels_collected_steps_as_the_target_reads_them(pair, runner, tmp_path):
+    """`stepspec router verify` on steps the committed collection holds (draft and target
+    greedy from the same prefix): at the lossless end (only the target's greedy token
+    plausible) a drafted step the target wrote word for word is never cut, and one it wrote
+    otherwise always is. So the rebuilt prompt and the re-encoded tokens are what the
+    target saw when it wrote its step."""
+    import json
+    from pathlib import Path
+
+    from routers.train import read_collection, read_examples
+    from workflows.routing.collect import CollectSpec
+    from workflows.routing.verify import verify_collection
+
+    data = Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "router_data_cpu"
+    examples, _ = read_examples(data / "examples.jsonl")
+    early = [ex for ex in examples if ex.state.position <= 2 and ex.state.complete]
+    same = [ex for ex in early if ex.state.draft_step == ex.target_step][:4]
+    other = [ex for ex in early if ex.state.draft_step != ex.target_step][:4]
+    assert len(same) == len(other) == 4
+    out = tmp_path / "c"
+    out.mkdir()
+    config = json.loads((data / "collect.json").read_text())["config"]
+    assert CollectSpec.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
+    (out / "collect.json").write_text(json.dumps({"config": config, "sessions": []}))
+    (out / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in same + other))
+    target = target_engine(pair[0], "target")
+    try:
+        result = runner.run(verify_collection(out, engine=target, judge_options={
+            "floor": None, "max_rank": 1, "math_max_rank": None}))
+    finally:
+        runner.run(target.close())
+    assert result["num_verified"] == 8
+    verified = {(ex.problem_id, ex.state.position): ex.verifier_cut for ex in read_collection(out)[0]}
+    assert [verified[ex.problem_id, ex.state.position] for ex in same] == [False] * 4
+    assert [verified[ex.problem_id, ex.state.position] for ex in other] == [True] * 4

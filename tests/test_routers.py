@@ -3,6 +3,7 @@ tau selection, the arbitrage strategies, and collection on tiny real models."""
 
 import asyncio
 import json
+from dataclasses import replace
 import math
 import os
 import random
@@ -17,7 +18,7 @@ from orchestrator.arbitrage import arbitrage, arbitrage_oracle
 from orchestrator.baseline import draft_only, target_only
 from orchestrator.reasoner import Reasoner
 from routers.base import KEEP, STOP, TARGET, Decision, RouterError, RoutingExample, RoutingState
-from routers.features import SCALAR_FEATURES, FeatureSet, featurize, scalar_features
+from routers.features import HEAD_TOKENS, SCALAR_FEATURES, FeatureSet, featurize, scalar_features
 from routers.learned import LearnedOptions, LearnedRouter
 from routers.registry import make_router, router_options_model
 from routers.threshold import ThresholdOptions, ThresholdRouter
@@ -122,6 +123,12 @@ def test_scalar_features_read_the_step_and_the_history():
     assert f["cut"] == 1.0 and f["opens_with_cue"] == 1.0 and f["num_cue_words"] == 3  # wait, let me, check
     assert f["has_answer"] == 1.0 and f["log_num_numbers"] == pytest.approx(math.log(1 + 5))
     assert f["history_target_share"] == pytest.approx(2 / 3) and f["last_step_target"] == 1.0
+    # the head features read only the first HEAD_TOKENS tokens
+    assert f["head_mean_entropy"] == pytest.approx(0.6) and f["head_max_entropy"] == 1.0
+    long = dict(zip(SCALAR_FEATURES, scalar_features(state(lps=(-0.1,) * HEAD_TOKENS + (-3.0,) * 4,
+                                                            ents=(0.5,) * HEAD_TOKENS + (2.0,) * 4))))
+    assert long["head_mean_entropy"] == pytest.approx(0.5) and long["head_max_entropy"] == 0.5
+    assert long["head_mean_logprob"] == pytest.approx(-0.1) and long["max_entropy"] == 2.0
     plain = dict(zip(SCALAR_FEATURES, scalar_features(state(step="Then 9 * 2 = 18 dollars."))))
     assert plain["opens_with_cue"] == 0 and plain["history_target_share"] == 0 and plain["cut"] == 0
 
@@ -138,8 +145,9 @@ def test_featurize_with_the_bundled_embedding():
 
 
 def synthetic(n_problems=60, steps=8, seed=0, shuffle=False):
-    """Steps whose label is planted in the draft's confidence: a step the draft wrote
-    unsure (mean logprob low) is one the target writes better, most of the time."""
+    """Steps whose labels are planted in the draft's confidence: a step the draft wrote
+    unsure (mean logprob low) is one the target writes better and the verifier cuts, most
+    of the time."""
     rng = random.Random(seed)
     examples = []
     for p in range(n_problems):
@@ -153,19 +161,22 @@ def synthetic(n_problems=60, steps=8, seed=0, shuffle=False):
             s = RoutingState(f"problem {p}", tuple(f"s{j}" for j in range(i)), ("draft",) * i, f"step {i}", lps,
                              tuple(0.5 for _ in lps))
             examples.append(RoutingExample(f"p{p}", s, f"target step {i}", q_draft, q_target, 10,
-                                           12 if better else 9, "score"))
+                                           12 if better else 9, "score", verifier_cut=better,
+                                           verifier_plausible=0.8 if better else 1.0))
     if shuffle:
-        pairs = [(ex.draft_quality, ex.target_quality) for ex in examples]
-        rng.shuffle(pairs)
+        labels = [(ex.draft_quality, ex.target_quality, ex.verifier_cut) for ex in examples]
+        rng.shuffle(labels)
         examples = [RoutingExample(ex.problem_id, ex.state, ex.target_step, a, b, ex.num_draft_tokens,
-                                   ex.num_target_tokens, ex.judge) for ex, (a, b) in zip(examples, pairs)]
+                                   ex.num_target_tokens, ex.judge, verifier_cut=c)
+                    for ex, (a, b, c) in zip(examples, labels)]
     return examples
 
 
-def test_training_recovers_a_planted_signal_and_not_shuffled_labels(torch):
-    planted = train_router(synthetic(), embedding=False, target_budget=0.4, epochs=300)
-    assert planted.metrics["auc_held_out"] > 0.8
-    shuffled = train_router(synthetic(shuffle=True), embedding=False, target_budget=0.4, epochs=300)
+@pytest.mark.parametrize("label", ["verifier", "advantage"])
+def test_training_recovers_a_planted_signal_and_not_shuffled_labels(torch, label):
+    planted = train_router(synthetic(), label=label, embedding=False, target_budget=0.4, epochs=300)
+    assert planted.metrics["auc_held_out"] > 0.8 and planted.metrics["label"] == label
+    shuffled = train_router(synthetic(shuffle=True), label=label, embedding=False, target_budget=0.4, epochs=300)
     assert abs(shuffled.metrics["auc_held_out"] - 0.5) < 0.12
     # held out by problem: no problem on both sides
     m = planted.metrics
@@ -184,7 +195,8 @@ def test_tau_meets_the_target_budget_on_held_out_data(torch):
 
 
 def test_match_specreason_picks_the_fewest_target_tokens_at_its_quality(torch):
-    report = train_router(synthetic(seed=4), embedding=False, match_specreason=True, specreason_threshold=6.0)
+    report = train_router(synthetic(seed=4), label="advantage", embedding=False, match_specreason=True,
+                          specreason_threshold=6.0)
     m = report.metrics
     spec = m["held_out_references"]["specreason"]
     # the planted signal lets the router reach specreason's held-out quality ...
@@ -214,7 +226,16 @@ def test_roc_auc_and_curve_basics():
 def test_one_class_and_bad_goals_are_clear_errors():
     ex = [RoutingExample(e.problem_id, e.state, e.target_step, 5.0, 5.0, 1, 1, "score") for e in synthetic(10, 3)]
     with pytest.raises(RouterError, match="one class"):
-        train_router(ex, embedding=False, target_budget=0.3)
+        train_router(ex, label="advantage", embedding=False, target_budget=0.3)
+    with pytest.raises(RouterError, match="none of the 30 steps carries the 'verifier'.*stepspec router verify"):
+        train_router(ex, embedding=False, target_budget=0.3)  # collected, not verified
+    uncut = [replace(e, verifier_cut=False) for e in ex]
+    with pytest.raises(RouterError, match="one class only \\(0 of"):
+        train_router(uncut, embedding=False, target_budget=0.3)
+    with pytest.raises(RouterError, match="label 'advantage'"):
+        train_router(synthetic(), embedding=False, match_specreason=True)
+    with pytest.raises(RouterError, match="unknown label 'quality'"):
+        train_router(synthetic(), label="quality", embedding=False, target_budget=0.3)
     with pytest.raises(RouterError, match="exactly one way"):
         train_router(synthetic(), embedding=False, target_budget=0.3, tau=0.5)
 
@@ -267,11 +288,14 @@ def test_router_train_and_info_cli(tmp_path, torch):
     info = subprocess.run(cli + ["info", str(tmp_path / "r.pt")], capture_output=True, text=True, timeout=300,
                           env=env)
     shown = " ".join(info.stdout.split())
-    assert info.returncode == 0 and "feature set v1" in shown and "logistic regression" in shown
+    assert info.returncode == 0 and "feature set v2" in shown and "logistic regression" in shown
     (data / "examples.jsonl").write_text("{broken\n" + "\n".join(lines) + "\n")
     bad = subprocess.run(cli + ["train", str(data), "--out", str(tmp_path / "x.pt")], capture_output=True, text=True,
                          timeout=300, env=env)
     assert bad.returncode == 2 and "examples.jsonl:1: malformed example" in bad.stderr
+    none = subprocess.run(cli + ["verify", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert none.returncode == 2 and "holds no collection" in none.stderr and "stepspec router collect" in none.stderr
 
 
 def test_read_examples_keeps_the_latest_record_of_a_position(tmp_path):
@@ -472,3 +496,72 @@ def test_router_collect_cli_refuses_an_evaluation_set_before_loading_models(tmp_
                        text=True, timeout=120, env={**os.environ, "COLUMNS": "300"})
     assert r.returncode == 2 and "is an evaluation set" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "c").exists()
+
+
+# -- the verifier's labels ---------------------------------------------------------------
+
+
+def write_collection(directory, examples):
+    from workflows.routing.collect import CollectSpec
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "collect.json").write_text(json.dumps({"config": CollectSpec().model_dump(mode="json"),
+                                                        "sessions": []}))
+    (directory / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in examples))
+
+
+def test_verify_labels_each_collected_step_once_and_train_reads_the_labels(tmp_path):
+    from routers.train import read_collection
+    from workflows.routing.verify import verify_collection
+
+    def example(pid, prev, step, complete=True):
+        s = RoutingState("How many eggs?", tuple(prev), ("draft",) * len(prev), step, (-0.1,) * len(step.split()),
+                         (0.2,) * len(step.split()), complete)
+        return RoutingExample(pid, s, "target step", None, None, len(step.split()), 2, "score")
+
+    examples = [example("p0", [], "She has 16 eggs."), example("p0", ["She has 16 eggs."], "16 - 3 = 14 eggs."),
+                example("p1", [], "Tom runs 5 km", complete=False), example("p2", [], ""),
+                example("p3", [], "So \\boxed{13}.")]
+    write_collection(tmp_path / "c", examples)
+    # the target: "14" is implausible (logprob -9, rank 4; it would write "13"), every other token its top choice
+    target = ScriptedEngine("target", token_scores=lambda prefix, tokens: [
+        (-9.0, 4, " 13") if t.strip() == "14" else (-0.1, 1, None) for t in tokens])
+    progress = []
+    result = asyncio.run(verify_collection(tmp_path / "c", batch_size=2, engine=target,
+                                           on_batch=lambda done, total: progress.append((done, total))))
+    assert progress == [(2, 5), (4, 5), (5, 5)] and result["num_verified"] == 5
+    assert result["cut_share"] == pytest.approx(1 / 5)
+    # what the target read: the chat, the previous steps each ended by the delimiter, then the
+    # drafted step's tokens and its stop as generation ended it: the delimiter after a complete
+    # step, nothing at the token cap or after a boxed answer
+    (p0, t0), (p1, t1), (p2, t2), (p3, t3) = target.scored
+    assert p1 == p0 + "She has 16 eggs.\n\n" and t1 == ["16", " -", " 3", " =", " 14", " eggs.", "\n\n"]
+    assert "".join(t0) == "She has 16 eggs.\n\n" and "".join(t2) == "Tom runs 5 km"
+    assert "".join(t3) == "So \\boxed{13}."
+    by_key = {(ex.problem_id, ex.state.position): ex for ex in read_collection(tmp_path / "c")[0]}
+    cut = by_key[("p0", 1)]
+    assert cut.verifier_cut is True and 0 < cut.verifier_plausible < 1
+    assert by_key[("p0", 0)].verifier_cut is False and by_key[("p0", 0)].verifier_plausible == 1.0
+    assert by_key[("p2", 0)].verifier_cut is False  # an empty step: nothing scored, nothing to cut
+    verdict = json.loads((tmp_path / "c" / "verdicts.jsonl").read_text().splitlines()[1])
+    assert verdict["cut_token"].strip() == "14" and verdict["cut_logprob"] == -9.0
+
+    # run again: nothing is scored twice; other options on the same verdicts are refused
+    asyncio.run(verify_collection(tmp_path / "c", engine=target))
+    assert len(target.scored) == 4
+    with pytest.raises(RouterError, match="other likelihood options"):
+        asyncio.run(verify_collection(tmp_path / "c", judge_options={"floor": -3}, engine=target))
+    with pytest.raises(Exception, match="floor"):  # a bad option is named before any model loads
+        asyncio.run(verify_collection(tmp_path / "c", judge_options={"floor": 3}))
+
+
+def test_verifier_label_defaults_to_the_cut_share_and_reports_missed_cuts(torch):
+    report = train_router(synthetic(seed=5), embedding=False, epochs=200)
+    m = report.metrics
+    assert m["goal"]["target_budget"] == pytest.approx(m["positive_share_train"])
+    assert m["held_out_at_tau"]["target_call_share"] <= m["positive_share_train"]
+    ref = m["held_out_references"]["specreason-likelihood"]
+    assert ref["missed_cut_share"] == 0 and ref["target_call_share"] == pytest.approx(m["positive_share_held_out"])
+    assert m["held_out_references"]["draft-only"]["missed_cut_share"] == 1
+    # the planted signal: the router catches most cut steps at specreason-likelihood's number of calls
+    assert m["held_out_at_tau"]["missed_cut_share"] < 0.3

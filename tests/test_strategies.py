@@ -299,15 +299,18 @@ def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheap
     assert g.decide() is StepMode.DRAFT  # the load fell: draft again
 
 
-def test_specreason_backs_off_under_load_and_records_it():
+@pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
+def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     """Many problems in flight, target steps measured cheaper per token: the target writes."""
     from orchestrator.goodput import GoodputGovernor, StepMode
     from orchestrator.reasoner import Reasoner
+    from routers.threshold import ThresholdRouter
 
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
-    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), max_concurrency=8,
-                         first_target_steps=0)
+    # the judge and the router keep every drafted step
+    chooser = {"judge": FixedJudge(True)} if strategy == "specreason" else {"router": ThresholdRouter(min_confidence=0)}
+    reasoner = Reasoner(target, draft, strategy=strategy, max_concurrency=8, first_target_steps=0, **chooser)
     assert isinstance(reasoner.governor, GoodputGovernor)
     for b in (4, 8):  # measured earlier at this load: drafting costs 10x more per token
         for _ in range(3):

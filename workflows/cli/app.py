@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -42,6 +42,7 @@ app = typer.Typer(
 models_app = typer.Typer(help="Model presets and the bundled model pair.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
+T = TypeVar("T")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -575,7 +576,6 @@ def bench(
     if ctx.invoked_subcommand is not None:
         return
     import asyncio
-    import signal
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -598,17 +598,10 @@ def bench(
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, disable=not progress)
     live = _LiveProgress(bar)
-    async def cancellable():
-        # Ctrl-C or `kill` (SIGTERM) cancels the run: the finished problems are saved and
-        # the results file marked "interrupted" before the engines stop.
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        return await run_bench(spec, run_dir, resume=bool(resume), progress=live)
-
     try:
         with bar:
-            results = asyncio.run(cancellable())
+            # the results file is marked "interrupted" before the engines stop
+            results = _run_cancellable(lambda: run_bench(spec, run_dir, resume=bool(resume), progress=live))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
                           f"`stepspec bench --resume {run_dir}`", highlight=False)
@@ -625,6 +618,23 @@ def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds
     results, _, _ = recompute(run_dir)
     _print_results(results, run_dir)
     console.print(f"report: {path}")
+
+
+def _run_cancellable(make: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(make())``, where Ctrl-C or ``kill`` (SIGTERM) cancels the task: its
+    ``finally`` blocks save what is done and stop the engines (vLLM's engine process
+    included), then asyncio.CancelledError is raised."""
+    import asyncio
+    import signal
+
+    async def cancellable() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        return await make()
+
+    return asyncio.run(cancellable())
+
 
 router_app = typer.Typer(help="The learned router (Arbitrage): collect steps, train, inspect.", no_args_is_help=True)
 app.add_typer(router_app, name="router")
@@ -659,7 +669,6 @@ def router_collect(
     """Solve training problems with both models at every step and record both candidate steps,
     their ratings and the draft's token logprobs (append-only; run again to resume)."""
     import asyncio
-    import signal
 
     from workflows.routing.collect import collect
 
@@ -671,17 +680,42 @@ def router_collect(
         console.print(f"[dim]{record['problem_id']:<22}[/] {mark} {record['num_steps']:3d} steps, target better at "
                       f"{record['num_target_won']:3d}  {record['seconds']:6.1f} s", highlight=False)
 
-    async def cancellable():
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        return await collect(spec_, output_dir, concurrency=concurrency, overlap=overlap, on_problem=show)
-
     try:
-        result = asyncio.run(cancellable())
+        result = _run_cancellable(lambda: collect(spec_, output_dir, concurrency=concurrency, overlap=overlap,
+                                                  on_problem=show))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]: every collected step is saved; run the same command again "
                           "to continue", highlight=False)
+        raise typer.Exit(130) from None
+    console.print_json(json.dumps(result))
+
+
+@router_app.command("verify")
+def router_verify(
+    data_dir: str = typer.Argument(..., help="A collection directory (holds examples.jsonl)."),
+    judge_opt: list[str] = typer.Option([], help="Any likelihood judge option, key=value (repeatable); default: "
+                                        "the typed rules specreason uses."),
+    batch_size: int = typer.Option(32, help="Steps the target scores per batch."),
+    verbose: int = VERBOSE,
+) -> None:
+    """Score every collected drafted step with the target's likelihood verifier (one prefill
+    each) and record whether it cuts the step: the router's default label (verdicts.jsonl;
+    run again to go on where it stopped)."""
+    import asyncio
+
+    from workflows.routing.verify import verify_collection
+
+    _setup_logging(verbose)
+
+    def show(done: int, total: int) -> None:
+        console.print(f"[dim]verified {done} of {total} steps[/]", highlight=False)
+
+    try:
+        result = _run_cancellable(lambda: verify_collection(data_dir, judge_options=_parse_opts(judge_opt),
+                                                            batch_size=batch_size, on_batch=show))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err_console.print("[bold yellow]interrupted[/]: every verdict so far is saved; run the same command again "
+                          "to go on", highlight=False)
         raise typer.Exit(130) from None
     console.print_json(json.dumps(result))
 
@@ -690,15 +724,20 @@ def router_collect(
 def router_train(
     data_dir: str = typer.Argument(..., help="A collection directory (holds examples.jsonl)."),
     out: str = typer.Option("runs/router.pt", help="Router file to write."),
-    margin: float = typer.Option(0.5, help="Label: the target's step is better by more than this rating."),
+    label: str = typer.Option("verifier", help="What the router predicts: 'verifier' (the target's likelihood "
+                              "verifier cut the drafted step; run `stepspec router verify` first) or 'advantage' "
+                              "(the judge rated the target's step better by more than --margin)."),
+    margin: float = typer.Option(0.5, help="Label 'advantage': the target's step is better by more than this "
+                                 "rating."),
     held_out: float = typer.Option(0.25, help="Share of the problems held out for metrics and tau."),
     seed: int = typer.Option(0, help="Seed of the split and the weights."),
     hidden: int = typer.Option(0, help="0: logistic regression; N: an MLP with N hidden units."),
     epochs: int = typer.Option(400, help="Full-batch training epochs."),
     embedding: bool = typer.Option(True, help="Use the step's MiniLM embedding as features."),
-    target_budget: Optional[float] = typer.Option(None, help="Goal: at most this share of steps to the target."),
-    match_specreason: bool = typer.Option(False, help="Goal: specreason's step quality with the fewest target "
-                                          "tokens (the default goal)."),
+    target_budget: Optional[float] = typer.Option(None, help="Goal: at most this share of steps to the target "
+                                                  "(label 'verifier' default: the verifier's cut share)."),
+    match_specreason: bool = typer.Option(False, help="Goal (label 'advantage', its default): specreason's step "
+                                          "rating with the fewest target tokens."),
     specreason_threshold: float = typer.Option(7.0, help="The specreason threshold to match."),
     tau: Optional[float] = typer.Option(None, help="Use this tau instead of choosing one."),
 ) -> None:
@@ -706,12 +745,13 @@ def router_train(
     choose tau for the goal, and save one router file."""
     from pathlib import Path
 
-    from routers.train import read_examples, train_router
+    from routers.train import Label, read_collection, train_router
 
-    if target_budget is None and tau is None:
+    if label == Label.ADVANTAGE and target_budget is None and tau is None:
         match_specreason = True
-    examples, dropped = read_examples(Path(data_dir) / "examples.jsonl")
-    report = train_router(examples, margin=margin, held_out=held_out, seed=seed, hidden=hidden, epochs=epochs,
+    examples, dropped = read_collection(Path(data_dir))
+    report = train_router(examples, label=label, margin=margin, held_out=held_out, seed=seed, hidden=hidden,
+                          epochs=epochs,
                           embedding=embedding, target_budget=target_budget, match_specreason=match_specreason,
                           specreason_threshold=specreason_threshold, tau=tau, source=str(data_dir))
     path = report.router.save(out)
@@ -741,24 +781,28 @@ def _print_router(m: dict, curve: list) -> None:
     def num(x, f=".3f"):
         return "-" if x is None else format(x, f)
 
+    label = m.get("label", "advantage")
+    what = "the verifier cut the drafted step" if label == "verifier" else f"target better by > {m['margin']}"
     console.print(f"steps: {m['num_train']} train ({m['num_train_problems']} problems), {m['num_held_out']} held out "
-                  f"({m['num_held_out_problems']} problems), {m['num_unrated']} unrated left out; label 'target "
-                  f"better by > {m['margin']}': {pct(m['positive_share_train'])} of train, "
+                  f"({m['num_held_out_problems']} problems), {m.get('num_unlabelled', 0)} without the label's data "
+                  f"left out; label '{what}': {pct(m['positive_share_train'])} of train, "
                   f"{pct(m['positive_share_held_out'])} held out", highlight=False)
     console.print(f"ROC-AUC: held out {num(m['auc_held_out'])}, train {num(m['auc_train'])}", highlight=False)
-    table = Table("policy (held out)", "target calls", "target tokens", "mean step quality",
+    columns = ("target calls", "target tokens", "missed cuts", "mean step rating")
+    table = Table("policy (held out)", *columns,
                   title=f"tau {m['tau']:.4g} for {m['goal']}: goal {'met' if m['goal_met'] else 'NOT met'}")
     rows = {"router at tau": m["held_out_at_tau"], **m["held_out_references"]}
     for name, p in rows.items():
-        table.add_row(name, pct(p["target_call_share"]), pct(p["target_token_share"]), num(p["mean_quality"], ".2f"))
+        table.add_row(name, pct(p["target_call_share"]), pct(p["target_token_share"]), pct(p.get("missed_cut_share")),
+                      num(p["mean_quality"], ".2f"))
     console.print(table)
     if curve:
         step = max(1, len(curve) // 12)
-        c = Table("tau", "target calls", "target tokens", "mean step quality", title="held-out routing curve")
+        c = Table("tau", *columns, title="held-out routing curve")
         shown = curve[::step] if (len(curve) - 1) % step == 0 else [*curve[::step], curve[-1]]
         for point in shown:
             c.add_row(f"{point.tau:.4g}", pct(point.target_call_share), pct(point.target_token_share),
-                      f"{point.mean_quality:.2f}")
+                      pct(point.missed_cut_share), num(point.mean_quality, ".2f"))
         console.print(c)
 
 
@@ -810,7 +854,6 @@ def run_workflow(
     --resume continues."""
     import asyncio
     import shlex
-    import signal
 
     from workflows.flows.runner import (NodeStatus, RunStatus, WorkflowRun, check_inputs, check_workflow, load_record,
                                   resumed_records)
@@ -860,16 +903,13 @@ def run_workflow(
                               highlight=False, soft_wrap=True)
 
     async def main():
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
         try:
             return await run.run(values, on_node=show, on_item=show_item, record_path=record_path, resume=previous)
         finally:
             await run.close()
 
     try:
-        record = asyncio.run(main())
+        record = _run_cancellable(main)
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]", highlight=False)
         resume_hint()
