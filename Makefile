@@ -103,9 +103,11 @@ bench-router: setup
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
 # twins (same k, beam, depth; same n, temperature 0.7) on the first 100 GSM8K test problems
 # (throughput: accuracy, paired) and latency on the first 30; resumable like `make bench`
-# (it takes many hours on this CPU: run it again to go on).
+# (it takes many hours on this CPU: run it again to go on). Throughput runs in waves of 10
+# problems, the four arms in turn per wave, so a stopped run keeps its finished waves and
+# each wave's speedup is timed in one session.
 TREE_DIR ?= benchmarks/measured/gsm8k100_tree_cpu
-TREE_ARMS = --strategies tree,tree-target,best-of-n,best-of-n-target \
+TREE_ARMS = --strategies tree,tree-target,best-of-n,best-of-n-target --throughput-wave 10 \
 	$(foreach arm,tree tree-target,--opt $(arm).k=3 --opt $(arm).beam=2) \
 	$(foreach arm,best-of-n best-of-n-target,--opt $(arm).n=5 --opt $(arm).temperature=0.7)
 bench-tree: setup

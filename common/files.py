@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -43,6 +43,12 @@ def append_jsonl(path: str | os.PathLike, record: Any) -> None:
     with Path(path).open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
         f.flush()
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
+    """The whole file, one record per line as :func:`append_jsonl` writes them, in one
+    :func:`atomic_write` (a file rewritten without some of its records)."""
+    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 class JsonlError(ValueError):

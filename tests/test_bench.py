@@ -204,6 +204,8 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
      "arm 'sr' (specreason): strategy 'specreason' has no option gamma"),
     (["--mode", "fast"], "--mode is latency, throughput or both"),
     (["--mode", "throughput", "--latency-limit", "5"], "apply to latency mode, which is not in this run"),
+    (["--mode", "latency", "--throughput-wave", "5"], "--throughput-wave applies to throughput mode"),
+    (["--mode", "throughput", "--throughput-wave", "0"], "throughput_wave: Input should be greater than or equal to 1"),
     (["--mode", "both", "--latency-strategies", "target-only,sr"], "--latency-strategies: sr not in --strategies"),
 ])
 def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, message):
@@ -401,11 +403,57 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
         assert done["run"]["throughput"][arm]["status"] == "complete"
     assert done["results_throughput"]["sr-strict"]["accuracy"]["exact"] == 1.0
     # target-only was timed in the first session, the other arms in the second: no speedup across them
-    assert [done["run"]["throughput"][arm]["session"] for arm in ARMS] == [0, 1, 1]
+    assert [done["run"]["throughput"][arm]["waves"][0]["session"] for arm in ARMS] == [0, 1, 1]
     for arm in ("sr-strict", "sr-lax"):
         tp = done["results_throughput"][arm]["throughput"]
         assert tp["speedup"] is None and tp["other_session"] and tp["wall_seconds"] > 0
     assert "| not compared: timed in another session than the baseline |" in (run / "report.md").read_text()
+
+
+def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_timed_in_one_session(tmp_path, caplog):
+    data = write_problems(tmp_path / "add.jsonl", 6)
+    run = tmp_path / "run"
+    spec = arm_spec(data, modes=("throughput",), throughput_wave=2)  # waves {0, 1}, {2, 3}, {4, 5}
+    # wave 1: target-only, sr-strict, sr-lax; wave 2 (rotated): sr-strict, sr-lax, target-only;
+    # stopped at the 9th sample, inside sr-lax's wave 2
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(9)))
+    cut = json.loads(next(run.glob("results_*.json")).read_text())["run"]["throughput"]
+    assert [w["status"] for w in cut["target-only"]["waves"]] == ["complete"]
+    assert [w["status"] for w in cut["sr-strict"]["waves"]] == ["complete", "complete"]
+    assert [w["status"] for w in cut["sr-lax"]["waves"]] == ["complete", "interrupted"]
+    assert [w["problems"] for w in cut["sr-strict"]["waves"]] == [[0, 1], [2, 3]]
+    strict = (run / "samples_add_sr-strict_throughput.jsonl").read_text()
+
+    target, draft = slow_engines()
+    with caplog.at_level("WARNING", logger="workflows.eval"):
+        done = asyncio.run(run_bench(spec, run, resume=True, engines=(target, draft)))
+    assert "throughput arm sr-lax (wave 2 of 3) is incomplete" in caplog.text
+    assert done["status"] == "complete"
+    assert 1 < target.max_in_flight <= 2  # a wave's two problems at once, never more
+    assert (run / "samples_add_sr-strict_throughput.jsonl").read_text().startswith(strict)  # kept, not re-solved
+    walls = done["run"]["throughput"]
+    for arm in ARMS:
+        rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == list(range(6))  # every problem once
+        assert walls[arm]["status"] == "complete"
+        assert walls[arm]["wall_seconds"] == pytest.approx(sum(w["wall_seconds"] for w in walls[arm]["waves"]))
+    assert [w["session"] for w in walls["target-only"]["waves"]] == [0, 1, 1]
+    assert [w["session"] for w in walls["sr-strict"]["waves"]] == [0, 0, 1]
+    assert [w["session"] for w in walls["sr-lax"]["waves"]] == [0, 1, 1]
+    base = [w["wall_seconds"] for w in walls["target-only"]["waves"]]
+    strict_walls = [w["wall_seconds"] for w in walls["sr-strict"]["waves"]]
+    tp = done["results_throughput"]
+    # sr-strict's wave 2 was timed in the first session, target-only's in the second: left out
+    assert tp["sr-strict"]["throughput"]["paired_waves"] == 2
+    assert tp["sr-strict"]["throughput"]["speedup"] == pytest.approx((base[0] + base[2])
+                                                                      / (strict_walls[0] + strict_walls[2]))
+    assert tp["sr-lax"]["throughput"]["paired_waves"] == 3
+    assert tp["sr-lax"]["throughput"]["speedup"] == pytest.approx(walls["target-only"]["wall_seconds"]
+                                                                  / walls["sr-lax"]["wall_seconds"])
+    report = (run / "report.md").read_text()
+    assert f"{tp['sr-strict']['throughput']['speedup']:.2f}× (2 of 3 waves)" in report
+    assert "in waves of 2" in report
 
 
 def test_both_modes_with_a_latency_subset(tmp_path):

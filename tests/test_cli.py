@@ -240,6 +240,7 @@ def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_thei
     (args,) = _makefile_bench_runs(tmp_path, "bench-tree", TREE_DIR="tree").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
+    assert config["throughput_wave"] == 10  # resumable wave by wave, each wave timed for all arms in one session
     assert arms == {s: (s, "likelihood") for s in ("tree", "tree-target", "best-of-n", "best-of-n-target")}
     assert all((checked[s].options["k"], checked[s].options["beam"]) == (3, 2) for s in ("tree", "tree-target"))
     assert all((checked[s].options["n"], checked[s].options["temperature"]) == (5, 0.7)

@@ -540,6 +540,7 @@ def bench(
     mode: str = _opt(BenchSpec, "modes", "--mode", show=lambda modes: _MODE_NAMES[modes]),
     latency_limit: Optional[int] = _opt(BenchSpec, "latency_limit"),
     latency_strategies: Optional[str] = _opt(BenchSpec, "latency_strategies", more="Comma-separated."),
+    throughput_wave: Optional[int] = _opt(BenchSpec, "throughput_wave"),
     threshold: Optional[float] = _one_option("score judge", "threshold", more="For the specreason arm."),
     gamma: Optional[int] = GAMMA,
     max_gamma: Optional[int] = MAX_GAMMA,

@@ -18,8 +18,17 @@ Two modes, measured separately:
 * ``throughput``: for each arm in turn, both prefix caches are reset and all
   the problems are solved concurrently by one reasoner (its goodput governor
   sees the load); the arm's wall time, from the first request to the last
-  answer, is the measurement. An arm is resumed as a unit: one cut short runs
-  again from scratch.
+  answer, is the measurement. ``throughput_wave`` splits the problems into
+  *waves* of that many at once: every arm solves a wave in turn (the order
+  rotating from wave to wave) before the next wave starts, and an arm's wall
+  time is the sum of its waves'. A wave is resumed as a unit (one cut short
+  runs again from scratch), and a speedup pairs only waves that one session
+  timed for both arms. Worked example: 100 problems in waves of 25 and a run
+  stopped in wave 3 keeps waves 1 and 2 of every arm; resumed the next day, it
+  runs wave 3 again for the arms that had not finished it, then wave 4. Without
+  waves the whole arm is the unit, and an arm timed on another day than the
+  baseline gets no speedup (the same 100 target-only solves took 599 s in one
+  session and 1078 s in another).
 
 A run directory holds (lm-evaluation-harness style)::
 
@@ -52,7 +61,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import Field, ValidationError
 
-from common.files import append_jsonl, atomic_write_json
+from common.files import append_jsonl, atomic_write_json, write_jsonl
 from common.names import did_you_mean
 from engine.config import OpenAIEngineConfig, build_engines, check_engine
 from engine.protocol import Engine
@@ -105,7 +114,10 @@ class BenchSpec(RunSettings):
     latency_limit: int | None = Field(None, ge=1, description="Latency mode: only the first N selected problems.")
     latency_strategies: tuple[str, ...] | None = Field(None, description="Latency mode: only these arms (default "
                                                        "all).")
-    # max_num_seqs (RunSettings) is raised to the number of problems for a throughput run.
+    throughput_wave: int | None = Field(None, ge=1, description="Throughput mode: the problems in waves of this "
+                                        "many at once, every arm a wave in turn before the next; a finished wave is "
+                                        "kept when the run resumes (default: one wave of all the problems).")
+    # max_num_seqs (RunSettings) is raised to the problems of a throughput wave.
 
     def strategy_of(self, label: str) -> str:
         """The strategy an arm runs (a label that is a strategy name is that strategy)."""
@@ -149,6 +161,9 @@ class BenchSpec(RunSettings):
             raise ValueError(f"options given for strategies not in the run: {', '.join(sorted(unknown))}")
         if not self.modes or len(set(self.modes)) != len(self.modes):
             raise ValueError(f"modes must be latency, throughput or both, each once; got {self.modes}")
+        if "throughput" not in self.modes and self.throughput_wave is not None:
+            raise ValueError("--throughput-wave applies to throughput mode, which is not in this run (--mode "
+                             "throughput or both)")
         if "latency" not in self.modes and (self.latency_limit is not None or self.latency_strategies is not None):
             raise ValueError("--latency-limit and --latency-strategies apply to latency mode, which is not in this "
                              "run (--mode latency or both)")
@@ -327,8 +342,11 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                     modes=list(spec.modes), latency_problem_ids=[p.index for p in latency_problems],
                     throughput_samples={s: samples_file(s, "throughput").name for s in throughput_arms},
                     arms={s: arm_info(spec, s, checked[s]) for s in spec.strategies})
-    # Per throughput arm: its wall time over all the problems, and whether it finished.
+    # Per throughput arm: its waves (problems, wall time, the session that timed it, whether
+    # it finished), their total wall time, and whether all finished.
     throughput_runs: dict[str, dict[str, Any]] = run_info.setdefault("throughput", {})
+    wave_size = spec.throughput_wave or len(problems)
+    waves = [problems[i:i + wave_size] for i in range(0, len(problems), wave_size)]
     # Time accounting of this session: the latency loop's wall time, and within it the
     # solves, their model calls and the prefix-cache resets (engine calls too); the
     # throughput arms' wall time.
@@ -338,9 +356,18 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                "hardware": hardware()}
     run_info["sessions"].append(session)
 
+    def recorded_wave(arm: str, w: int) -> dict[str, Any]:
+        """What the results file says of an arm's wave (older files: the arm is its one wave)."""
+        entry = throughput_runs.get(arm, {})
+        recorded = entry["waves"] if "waves" in entry else [entry]
+        return recorded[w] if w < len(recorded) else {}
+
+    def complete_wave(arm: str, w: int) -> bool:
+        return (recorded_wave(arm, w).get("status") == "complete"
+                and all(p.index in done_tp[arm] for p in waves[w]))
+
     def complete_arm(arm: str) -> bool:
-        return (throughput_runs.get(arm, {}).get("status") == "complete"
-                and all(p.index in done_tp[arm] for p in problems))
+        return all(complete_wave(arm, w) for w in range(len(waves)))
 
     def save(status: str) -> dict[str, Any]:
         results: dict[str, Any] = {"config": spec.model_dump(mode="json"), "status": status,
@@ -362,14 +389,14 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         write_report(run_dir)
         return results
 
-    # Throughput mode serves every problem at once: each in-process engine must batch that many
-    # sequences (a server batches as it was started).
-    max_num_seqs = max(spec.max_num_seqs, len(problems)) if throughput_todo else spec.max_num_seqs
+    # Throughput mode serves a wave's problems at once: each in-process engine must batch that
+    # many sequences (a server batches as it was started).
+    max_num_seqs = max(spec.max_num_seqs, wave_size) if throughput_todo else spec.max_num_seqs
     configs = dict(zip(("target", "draft"), spec.model_copy(update={"max_num_seqs": max_num_seqs}).engines()))
     configs = {role: c for role, c in configs.items() if c is not None and (role == "target" or needs_draft)}
     servers = [role for role, c in configs.items() if isinstance(c, OpenAIEngineConfig)]
     if max_num_seqs != spec.max_num_seqs:
-        logger.info("throughput mode: max_num_seqs raised from %d to %d (the number of problems)%s",
+        logger.info("throughput mode: max_num_seqs raised from %d to %d (the problems at once)%s",
                     spec.max_num_seqs, max_num_seqs,
                     f"; not for the {' and '.join(servers)} server, which batches as it was started" if servers else "")
     session["max_num_seqs"] = max_num_seqs
@@ -437,22 +464,31 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 if progress is not None:
                     progress.sample(record)
 
-    async def run_throughput_arm(arm: str, position: int) -> None:
-        """All problems at once on one reasoner; the arm's wall time is the measurement."""
-        path = samples_file(arm, "throughput")
-        if done_tp[arm] or arm in throughput_runs:
-            logger.warning("throughput arm %s is incomplete (%d of %d problems saved, status %s): discarding its "
-                           "samples and running it again as a whole", arm, len(done_tp[arm]), len(problems),
-                           throughput_runs.get(arm, {}).get("status", "none"))
-        path.write_text("", encoding="utf-8")
-        done_tp[arm].clear()
-        reasoner = spec.reasoners(target, draft, (arm,), max_concurrency=max(1, len(problems)))[arm]
+    async def run_throughput_wave(arm: str, w: int, position: int) -> None:
+        """A wave's problems at once on one reasoner; its wall time is the measurement."""
+        wave, ids = waves[w], {p.index for p in waves[w]}
+        entry = throughput_runs.get(arm)
+        if entry is None or "waves" not in entry:  # new, or timed by a version without waves
+            entry = throughput_runs[arm] = {"num_problems": len(problems), "max_concurrency": wave_size,
+                                            "waves": []}
+        entry["waves"] = entry["waves"][:w]  # later waves never ran before this one
+        stale = [r for i, r in done_tp[arm].items() if i in ids]
+        if stale or recorded_wave(arm, w):
+            name = "" if len(waves) == 1 else f" (wave {w + 1} of {len(waves)})"
+            logger.warning("throughput arm %s%s is incomplete (%d of %d problems saved, status %s): discarding its "
+                           "samples and running it again as a whole", arm, name, len(stale), len(wave),
+                           recorded_wave(arm, w).get("status", "none"))
+        for i in ids:
+            done_tp[arm].pop(i, None)
+        write_jsonl(samples_file(arm, "throughput"), done_tp[arm].values())
+        entry["num_solved"] = len(done_tp[arm])
+        reasoner = spec.reasoners(target, draft, (arm,), max_concurrency=len(wave))[arm]
         await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
-        entry: dict[str, Any] = {"status": "running", "num_problems": len(problems), "num_solved": 0,
-                                 "wall_seconds": None, "max_concurrency": len(problems),
-                                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                 "session": len(run_info["sessions"]) - 1}  # wall times compare within one
-        throughput_runs[arm] = entry
+        record = {"problems": sorted(ids), "status": "running", "num_solved": 0, "wall_seconds": None,
+                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "session": len(run_info["sessions"]) - 1}  # wall times compare within one session
+        entry["waves"].append(record)
+        entry["status"] = "running"
         save("running")
         await reset_caches()
 
@@ -461,41 +497,51 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 trace = (await reasoner.asolve(problem.question)).trace
             except ReasoningError as e:
                 trace = e.trace
-            record = sample_record(problem, arm, position, trace, grader, mode="throughput")
-            append(record, "throughput")
-            done_tp[arm][problem.index] = record
-            entry["num_solved"] += 1
+            sample = sample_record(problem, arm, position, trace, grader, mode="throughput")
+            append(sample, "throughput")
+            done_tp[arm][problem.index] = sample
+            record["num_solved"] += 1
+            entry["num_solved"] = len(done_tp[arm])
             session["num_solved"] += 1
             save("running")
             if progress is not None:
-                progress.sample(record)
+                progress.sample(sample)
 
         t0 = time.perf_counter()
-        tasks = [asyncio.ensure_future(one(p)) for p in problems]
+        tasks = [asyncio.ensure_future(one(p)) for p in wave]
         try:
             await asyncio.gather(*tasks)
         except BaseException as e:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            entry["status"] = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
+            entry["status"] = record["status"] = ("interrupted" if isinstance(e, (KeyboardInterrupt,
+                                                                                   asyncio.CancelledError))
+                                                  else "failed")
             raise
         finally:
-            entry["wall_seconds"] = time.perf_counter() - t0
-            session["throughput_seconds"] += entry["wall_seconds"]
-        entry["status"] = "complete"
+            record["wall_seconds"] = time.perf_counter() - t0
+            session["throughput_seconds"] += record["wall_seconds"]
+        record["status"] = "complete"
+        entry["status"] = "complete" if complete_arm(arm) else "incomplete"  # waves to go
+        if entry["status"] == "complete":
+            entry["wall_seconds"] = sum(r["wall_seconds"] for r in entry["waves"])
         save("running")
 
     async def run_throughput() -> None:
+        """Wave by wave, every arm in a rotating order (one wave: each arm in turn)."""
         if progress is not None:
             progress.start(tuple(progress_key(s, "throughput") for s in throughput_arms), len(problems),
-                           {progress_key(s, "throughput"): list(done_tp[s].values()) if complete_arm(s) else []
+                           {progress_key(s, "throughput"): [done_tp[s][p.index] for w, wave in enumerate(waves)
+                                                            if complete_wave(s, w) for p in wave]
                             for s in throughput_arms}, grader.metrics[0])
-        for position, arm in enumerate(throughput_arms):
-            if complete_arm(arm):
-                logger.info("throughput arm %s: complete, skipped", arm)
-                continue
-            await run_throughput_arm(arm, position)
+        for w in range(len(waves)):
+            k = w % len(throughput_arms)
+            for position, arm in enumerate(throughput_arms[k:] + throughput_arms[:k]):
+                if complete_wave(arm, w):
+                    logger.info("throughput arm %s, wave %d of %d: complete, skipped", arm, w + 1, len(waves))
+                    continue
+                await run_throughput_wave(arm, w, position)
 
     t_run = time.perf_counter()
     try:

@@ -25,9 +25,12 @@ and each mode, latency and throughput, is summarized on its own):
   problems target-only is right on 1, 2, 3 and the arm on 2, 3, 4: lost 1
   (problem 1), gained 1 (problem 4), net 0.
 * throughput speedup: the baseline arm's wall time / the arm's, each arm solving
-  all the problems concurrently (measured once per arm, kept in the results file);
-  only when one session of the run timed both arms, since a resumed run's
-  sessions need not see the same machine load.
+  all the problems concurrently, or a wave of them at a time (measured once per
+  arm and wave, kept in the results file); summed over the waves one session of
+  the run timed for both arms, since a resumed run's sessions need not see the
+  same machine load. Example: waves 1-2 timed on Monday for both arms, wave 3 of
+  the baseline on Monday and of the arm on Tuesday: the speedup is over waves 1-2
+  ("2 of 3 waves").
 * cut steps: drafted steps the judge cut inside (partial acceptance); backoff
   steps: steps the target wrote because the goodput governor found drafting did
   not pay at the load of the moment.
@@ -183,33 +186,41 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
     lat = summarize(latency, metrics, baseline, judges=judges, fallback=throughput, fallback_name="throughput")
     tp = summarize(throughput, metrics, baseline, judges=judges, fallback=latency, fallback_name="latency")
     runs = results["run"].get("throughput") or {}
-
     sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
+    wave, num_problems = results["config"].get("throughput_wave"), len(results["run"]["problem_ids"])
+    num_waves = -(-num_problems // wave) if wave else 1
 
-    def wall(arm: str | None) -> float | None:
+    def waves(arm: str | None) -> list[dict[str, Any]]:
+        """An arm's throughput waves as timed (older files: the arm as one wave, its session the
+        last one started before it when the file does not say)."""
         run = runs.get(arm) or {}
-        return run.get("wall_seconds") if run.get("status") == "complete" else None
-
-    def session_of(arm: str | None) -> int:
-        """Which session of a resumed run measured the arm (older files: the last one started before it)."""
-        run = runs.get(arm) or {}
-        return run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
+        if "waves" in run:
+            return run["waves"]
+        if not run:
+            return []
+        session = run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
+        return [{**run, "session": session}]
 
     for arm, m in tp.items():
         run = runs.get(arm) or {}
         over = PAIRED_BASELINES.get(arm) if PAIRED_BASELINES.get(arm) in tp else baseline
-        mine, base = wall(arm), wall(over) if over in tp else None
-        # Wall times are compared only when one session measured both: a resumed run's
-        # sessions may share the machine with other work (measured here: the same 100
-        # target-only solves, the same texts, took 1564 s in one session and 772 s in another).
-        same_session = bool(base and mine) and session_of(arm) == session_of(over)
+        mine = run.get("wall_seconds") if run.get("status") == "complete" else None
+        # Wall times are compared wave by wave, only where one session timed both arms: a
+        # resumed run's sessions may share the machine with other work (measured here: the
+        # same 100 target-only solves, the same texts, took 1564 s in one session and 772 s
+        # in another).
+        timed = [(a, b) for a, b in zip(waves(arm), waves(over) if over in tp else [])
+                 if a.get("status") == b.get("status") == "complete"]
+        paired = [(a["wall_seconds"], b["wall_seconds"]) for a, b in timed if a["session"] == b["session"]]
+        mine_paired, base_paired = sum(a for a, _ in paired), sum(b for _, b in paired)
         m["throughput"] = {
             "status": run.get("status"), "wall_seconds": mine, "num_problems": run.get("num_problems"),
             "num_solved": run.get("num_solved"), "max_concurrency": run.get("max_concurrency"),
+            "num_waves": num_waves, "paired_waves": len(paired),
             "problems_per_minute": 60 * m["num_problems"] / mine if mine else None,
             "output_tokens_per_second": _ratio((m["num_tokens_mean"] or 0) * m["num_problems"], mine or 0),
-            "speedup": base / mine if same_session else None, "over": over if same_session else None,
-            "other_session": bool(base and mine) and not same_session}
+            "speedup": base_paired / mine_paired if paired else None, "over": over if paired else None,
+            "other_session": bool(timed) and not paired}
     return lat, tp
 
 
@@ -347,6 +358,8 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
                         f"{tp['status'] or 'not run'} ({tp['num_solved'] or 0} of {tp['num_problems']})")
                 speed = ("not compared: timed in another session than the baseline" if tp.get("other_session")
                          else _fmt(tp["speedup"], ".2f", "×"))
+                if tp["speedup"] is not None and tp["paired_waves"] < tp["num_waves"]:
+                    speed += f" ({tp['paired_waves']} of {tp['num_waves']} waves)"
             else:
                 wall = "-"
                 speed = ("-" if m["speedup"]["median"] is None else
@@ -474,7 +487,14 @@ def write_report(run_dir: str | Path) -> Path:
         f"graded by `{run['grader']}`.",
         "",
     ]
-    if "throughput" in modes:
+    if "throughput" in modes and config.get("throughput_wave"):
+        lines += [f"**Throughput mode**: the {len(run['problem_ids'])} problems in waves of "
+                  f"{config['throughput_wave']}: every arm in turn (rotating order) solved a wave's problems "
+                  "concurrently on one reasoner, prefix caches reset before each, before the next wave started; a "
+                  "wave's wall time, first request to last answer, is measured, and an arm's is the sum of its "
+                  "waves' (speedup: the baseline's wall time / the arm's, over the waves one session timed for "
+                  "both).", ""]
+    elif "throughput" in modes:
         lines += [f"**Throughput mode**: each arm in turn solved all {len(run['problem_ids'])} problems "
                   "concurrently on one reasoner, prefix caches reset before each arm; its wall time, first request "
                   "to last answer, is measured (speedup: target-only's wall time / the arm's).", ""]

@@ -43,7 +43,8 @@ from engine.config import build_engines
 from engine.protocol import Engine
 from judges.base import StepCandidate
 from judges.registry import judge_options_model, make_judge
-from orchestrator.stepgen import opening_prompt
+from orchestrator.stepgen import opening_prompt, step_prompt
+from orchestrator.trace import Author, StepRecord
 from orchestrator.prompts import opening_messages
 from orchestrator.steps import last_boxed
 from routers.base import RouterError, RoutingExample, RoutingState, VerifiedStep
@@ -70,7 +71,9 @@ async def step_candidates(engine: Engine, examples: Sequence[RoutingExample], de
         s = ex.state
         if s.question not in openings:
             openings[s.question] = await opening_prompt(engine, s.question)
-        prefix = openings[s.question] + "".join(step + delimiter for step in s.previous_steps)
+        # previous steps taken as complete (the collection does not keep which were cut by the cap)
+        previous = [StepRecord(i, Author.DRAFT, text) for i, text in enumerate(s.previous_steps)]
+        prefix = step_prompt(openings[s.question], previous, delimiter)
         ids = await engine.aencode(s.draft_step + stop_text(s, delimiter))
         texts = [await engine.adecode([t]) for t in ids]
         # the draft's logprobs line up with the tokens only when the re-encoding gave as many
@@ -134,9 +137,9 @@ async def verify_collection(directory: str | Path, *, judge_options: dict[str, A
                     at = {} if cut is None else {"cut_offset": cut.offset, "cut_token": cut.token,
                                                  "cut_logprob": cut.target_logprob}
                     plausible = 1.0 if v is None or v.plausible is None else v.plausible
-                    append_jsonl(files.directory / VERDICTS_FILE,
-                                 VerifiedStep(ex.problem_id, ex.state.position, cut is not None, plausible,
-                                              **at).to_dict())
+                    verdict = VerifiedStep(ex.problem_id, ex.state.position, cut is not None, plausible, **at)
+                    append_jsonl(files.directory / VERDICTS_FILE, verdict.to_dict())
+                    done[verdict.problem_id, verdict.position] = verdict
                 session["num_verified"] += len(batch)
                 session["seconds"] = time.perf_counter() - t0
                 atomic_write_json(info_path, info)
@@ -147,7 +150,7 @@ async def verify_collection(directory: str | Path, *, judge_options: dict[str, A
             atomic_write_json(info_path, info)
             if owned:
                 await engine.close()
-    verdicts = read_verdicts(files.directory / VERDICTS_FILE)
-    return {"directory": str(files.directory), "num_examples": len(examples), "num_verified": len(verdicts),
-            "cut_share": sum(v.cut for v in verdicts.values()) / len(verdicts) if verdicts else None,
-            "mean_plausible": sum(v.plausible for v in verdicts.values()) / len(verdicts) if verdicts else None}
+    n = len(done)
+    return {"directory": str(files.directory), "num_examples": len(examples), "num_verified": n,
+            "cut_share": sum(v.cut for v in done.values()) / n if n else None,
+            "mean_plausible": sum(v.plausible for v in done.values()) / n if n else None}
