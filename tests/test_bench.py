@@ -429,6 +429,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     with caplog.at_level("WARNING", logger="workflows.eval"):
         done = asyncio.run(run_bench(spec, run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-lax (wave 2 of 3) is incomplete" in caplog.text
+    assert "status interrupted" in caplog.text  # the wave's record as the stopped session left it
     assert done["status"] == "complete"
     assert 1 < target.max_in_flight <= 2  # a wave's two problems at once, never more
     assert (run / "samples_add_sr-strict_throughput.jsonl").read_text().startswith(strict)  # kept, not re-solved

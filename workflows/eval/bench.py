@@ -467,17 +467,18 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     async def run_throughput_wave(arm: str, w: int, position: int) -> None:
         """A wave's problems at once on one reasoner; its wall time is the measurement."""
         wave, ids = waves[w], {p.index for p in waves[w]}
+        before = recorded_wave(arm, w)  # what an earlier session left of this wave, read before the reset below
         entry = throughput_runs.get(arm)
         if entry is None or "waves" not in entry:  # new, or timed by a version without waves
             entry = throughput_runs[arm] = {"num_problems": len(problems), "max_concurrency": wave_size,
                                             "waves": []}
         entry["waves"] = entry["waves"][:w]  # later waves never ran before this one
         stale = [r for i, r in done_tp[arm].items() if i in ids]
-        if stale or recorded_wave(arm, w):
+        if stale or before:
             name = "" if len(waves) == 1 else f" (wave {w + 1} of {len(waves)})"
             logger.warning("throughput arm %s%s is incomplete (%d of %d problems saved, status %s): discarding its "
                            "samples and running it again as a whole", arm, name, len(stale), len(wave),
-                           recorded_wave(arm, w).get("status", "none"))
+                           before.get("status", "none"))
         for i in ids:
             done_tp[arm].pop(i, None)
         write_jsonl(samples_file(arm, "throughput"), done_tp[arm].values())
