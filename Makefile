@@ -101,7 +101,8 @@ bench-router: setup
 	$(call bench_run,$(ROUTER_DIR),$(ROUTER_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
-# twins (same k, beam, depth; same n, temperature 0.7) on the first 100 GSM8K test problems
+# twins (same k, beam, depth; same n, temperature 0.7; in both drafted arms the target writes
+# the opening and the plan, first_target_steps=2) on the first 100 GSM8K test problems
 # (throughput: accuracy, paired) and latency on the first 30; resumable like `make bench`
 # (it takes many hours on this CPU: run it again to go on). Throughput runs in waves of 10
 # problems, the four arms in turn per wave, so a stopped run keeps its finished waves and

@@ -10,6 +10,9 @@ a few milliseconds of features and a small classifier (:mod:`routers`).
 is collected): both models write every step from the same prefix, the judge
 rates both, and the better one stays (a tie keeps the draft's).
 
+As in ``specreason``, the target writes the first ``first_target_steps`` steps (default 2:
+the opening and the plan) before the draft starts.
+
 ``backoff``: as in ``specreason``, a governor shared by the problems in flight lets
 the target write the step when drafting does not pay at the measured load.
 
@@ -29,7 +32,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
-from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
+from orchestrator.driver import Policy, StrategyOptions, TargetOpening, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
@@ -46,8 +49,7 @@ def routing_state(run: TraceRun, drafted: GeneratedStep) -> RoutingState:
                         drafted.token_logprobs, drafted.token_entropies, drafted.complete)
 
 
-class ArbitrageOptions(StrategyOptions):
-    first_target_steps: int = Field(0, ge=0, description="steps the target writes before the draft starts")
+class ArbitrageOptions(TargetOpening):
     backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
                                             "does not pay (goodput, as in specreason)")
 

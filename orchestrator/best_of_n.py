@@ -18,6 +18,11 @@ all n in one call; when a vote needs scores the verifier scores their tokens
 the same way. With a whole-step judge (``score``: the target's 0-9 self-score)
 the drafted solutions are written whole too and the judge rates each.
 
+The target samples the first ``first_target_steps`` steps of every drafted solution
+(default 2: the opening and the plan, as in ``specreason``), at the same temperature and
+one batched call per step, so the n plans stay as diverse as the target's own; the draft
+writes on from there. Those steps are not judged and not in the score.
+
 Worked example, n=5: answers 18, 18, 16, 18, 9: 18 wins three votes to one,
 no score needed. Answers 18, 16, 16, 18, None: a tie; the solutions' plausible
 shares are 0.97, 0.88, 0.91, 0.95: 18 wins (1.92 against 1.79).
@@ -33,14 +38,14 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, plausible_share
-from orchestrator.driver import Policy, StrategyOptions, drive_search
+from orchestrator.driver import Policy, TargetOpening, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import find_answer, split_steps
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
-class BestOfNOptions(StrategyOptions):
+class BestOfNOptions(TargetOpening):
     n: int = Field(5, ge=1, description="whole solutions sampled, in one batch")
     temperature: float = Field(0.8, ge=0)
     seed: int = 0
@@ -62,10 +67,11 @@ def answer_key(answer: str | None) -> str | None:
 
 @dataclass
 class Solution:
-    """One of the n solutions, sampled whole or written step by step (verified), and its
-    score: what weighs its answer in a vote."""
+    """One of the n solutions, written step by step (the target's opening; verified steps),
+    then, unless verified, sampled whole from there; and its score: what weighs its answer
+    in a vote."""
 
-    sample: GeneratedStep | None = None  # sampled whole
+    sample: GeneratedStep | None = None  # sampled whole, after ``steps``
     steps: list[StepRecord] = field(default_factory=list)  # written step by step
     ends: str | None = None  # what its last step ends (GeneratedStep.ends)
     complete: bool = False
@@ -73,11 +79,22 @@ class Solution:
     score: float | None = None
 
     def text(self, delimiter: str) -> str:
-        return self.sample.text if self.sample else join_steps(self.steps, delimiter)
+        text = join_steps(self.steps, delimiter)
+        if self.sample is None:
+            return text
+        return text + (delimiter if self.steps and self.steps[-1].complete else "") + self.sample.text
 
     @property
     def num_tokens(self) -> int:
-        return self.sample.num_tokens if self.sample else sum(r.num_tokens for r in self.steps)
+        return sum(r.num_tokens for r in self.steps) + (self.sample.num_tokens if self.sample else 0)
+
+    def open(self, run: TraceRun) -> bool:
+        """Whether it goes on: its last step ended nothing and it has tokens left."""
+        return not self.ends and self.num_tokens < run.budget.max_tokens
+
+    def add(self, author: Author, step: GeneratedStep, **judged: Any) -> None:
+        self.steps.append(written_step(len(self.steps), author, step, **judged))
+        self.ends, self.complete = step.ends, step.complete
 
 
 class BestOfN(Policy):
@@ -94,13 +111,13 @@ class BestOfN(Policy):
 
     async def step(self, run: TraceRun) -> None:
         o = self.options
+        solutions = [Solution() for _ in range(o.n)]
+        if self.sampler is Author.DRAFT:
+            await write_opening(run, o, solutions)
         if self.verified:
-            solutions = await write_verified(run, self.judge, o)
+            await write_verified(run, self.judge, o, solutions)
         else:
-            samples = await run.write_many(self.sampler, [run.steps] * o.n, run.budget.max_tokens, until_end=True,
-                                           temperature=o.temperature, logprobs=draft_logprobs(self.judge),
-                                           seed=[o.seed * 1_000_003 + i for i in range(o.n)])
-            solutions = [Solution(s, ends=s.ends, complete=s.complete) for s in samples]
+            await write_whole(run, self.judge, o, self.sampler, solutions)
         answers = [answer_key(find_answer(s.text(run.rules.delimiter), run.rules)) for s in solutions]
         votes = Counter(a for a in answers if a is not None)
         top = votes.most_common()
@@ -118,7 +135,8 @@ class BestOfN(Policy):
         pick = max((i for i in range(o.n) if answers[i] == winner),
                    key=lambda i: (solutions[i].score or 0.0, -i)) if winner is not None else 0
         chosen = solutions[pick]
-        steps = chosen.steps or await split_sample(run, self.sampler, chosen.sample)
+        steps = chosen.steps + (await split_sample(run, self.sampler, chosen.sample, len(chosen.steps))
+                                if chosen.sample else [])
         for i, record in enumerate(steps):
             run.add(record, chosen.ends if i == len(steps) - 1 else None)
         run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)  # unless its last step ended it
@@ -131,45 +149,74 @@ class BestOfN(Policy):
     def search(self) -> dict[str, Any]:
         o = self.options
         return {**self.found, "options": {"n": o.n, "temperature": o.temperature, "vote": o.vote,
+                                          "first_target_steps": o.first_target_steps,
                                           "sampler": self.sampler.value, "verified": self.verified}}
 
 
-async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions) -> list[Solution]:
-    """n drafted solutions under step verification. Each round, every unfinished solution
-    drafts a step (one batched call, sampled), the verifier checks them all (one batch), and
-    the target repairs the rejected ones at their cuts (one batched call, sampled too)."""
-    solutions = [Solution() for _ in range(o.n)]
-    for depth in range(run.budget.max_steps):
-        live = [i for i, s in enumerate(solutions) if not s.ends and s.num_tokens < run.budget.max_tokens]
+def seeds(o: BestOfNOptions, depth: int, solutions: list[int]) -> list[int]:
+    """The sampling seeds of ``solutions`` (indices) at step ``depth``: siblings differ."""
+    return [o.seed * 1_000_003 + depth * 10_007 + i for i in solutions]
+
+
+async def write_opening(run: TraceRun, o: BestOfNOptions, solutions: list[Solution]) -> None:
+    """The target's first ``o.first_target_steps`` steps of every solution, sampled (one
+    batched call per step): the opening and the plan, as diverse as the target's own."""
+    for depth in range(o.first_target_steps):
+        live = [i for i, s in enumerate(solutions) if s.open(run)]
         if not live:
             break
-        bases = [[*run.steps, *solutions[i].steps] for i in live]
-        seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in live]
-        drafted = await run.write_many(Author.DRAFT, bases, temperature=o.temperature, seed=seeds,
+        written = await run.write_many(Author.TARGET, [[*run.steps, *solutions[i].steps] for i in live],
+                                       temperature=o.temperature, seed=seeds(o, depth, live))
+        for i, step in zip(live, written):
+            solutions[i].add(Author.TARGET, step)
+
+
+async def write_whole(run: TraceRun, judge: Judge, o: BestOfNOptions, sampler: Author,
+                      solutions: list[Solution]) -> None:
+    """Each unfinished solution sampled whole by ``sampler`` from where it stands, in one
+    batched call, within the tokens the budget leaves it."""
+    live = [i for i, s in enumerate(solutions) if s.open(run)]
+    samples = await run.write_many(sampler, [[*run.steps, *solutions[i].steps] for i in live],
+                                   [run.budget.max_tokens - solutions[i].num_tokens for i in live],
+                                   until_end=True, temperature=o.temperature, logprobs=draft_logprobs(judge),
+                                   seed=[o.seed * 1_000_003 + i for i in live])
+    for i, sample in zip(live, samples):
+        solutions[i].sample, solutions[i].ends, solutions[i].complete = sample, sample.ends, sample.complete
+
+
+async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions, solutions: list[Solution]) -> None:
+    """The drafted solutions, on from their openings, under step verification. Each round,
+    every unfinished solution drafts a step (one batched call, sampled), the verifier checks
+    them all (one batch), and the target repairs the rejected ones at their cuts (one batched
+    call, sampled too)."""
+    for depth in range(o.first_target_steps, run.budget.max_steps):
+        live = [i for i, s in enumerate(solutions) if s.open(run)]
+        if not live:
+            break
+        bases, sown = [[*run.steps, *solutions[i].steps] for i in live], seeds(o, depth, live)
+        drafted = await run.write_many(Author.DRAFT, bases, temperature=o.temperature, seed=sown,
                                        logprobs=draft_logprobs(judge, o.temperature))
         verdicts = await run.judge(judge, [run.candidate(d, b, temperature=o.temperature, seed=seed)
-                                           for d, b, seed in zip(drafted, bases, seeds)])
+                                           for d, b, seed in zip(drafted, bases, sown)])
         cut = [j for j, v in enumerate(verdicts) if not v.accept]
         mended = dict(zip(cut, await run.rewrite_many([verdicts[j] for j in cut], [bases[j] for j in cut],
-                                                      temperature=o.temperature, seed=[seeds[j] for j in cut])))
+                                                      temperature=o.temperature, seed=[sown[j] for j in cut])))
         for j, (i, d, v) in enumerate(zip(live, drafted, verdicts)):
             s = solutions[i]
-            step, author = (mended[j], Author.TARGET) if j in mended else (d, Author.DRAFT)
-            s.steps.append(written_step(len(s.steps), author, step, **judged_fields(d, v)))
-            s.ends, s.complete = step.ends, step.complete
+            s.add(*((Author.TARGET, mended[j]) if j in mended else (Author.DRAFT, d)), **judged_fields(d, v))
             s.plausible.append((v.plausible if v.plausible is not None else float(v.accept), len(d.token_ids)))
-    return solutions
 
 
 async def score_solutions(run: TraceRun, judge: Judge, solutions: list[Solution]) -> None:
     """Each solution's score: the share of its drafted tokens the verifier found plausible
     (from its step verdicts when it was verified as written, else one batched call over the
     whole samples), or with a whole-step judge its rating."""
-    unscored = [s for s in solutions if not s.plausible]
+    unscored = [s for s in solutions if s.sample is not None]
     if getattr(judge, "needs_draft_tokens", False):
-        verdicts = await run.judge(judge, [run.candidate(s.sample) for s in unscored]) if unscored else []
+        verdicts = await run.judge(judge, [run.candidate(s.sample, [*run.steps, *s.steps])
+                                           for s in unscored]) if unscored else []
         for s, v in zip(unscored, verdicts):
-            s.plausible = [(v.plausible, len(s.sample.token_ids))]
+            s.plausible.append((v.plausible, len(s.sample.token_ids)))
         for s in solutions:
             s.score = plausible_share(s.plausible)
     else:
@@ -178,10 +225,11 @@ async def score_solutions(run: TraceRun, judge: Judge, solutions: list[Solution]
             s.score = v.score
 
 
-async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep) -> list[StepRecord]:
-    """A solution sampled whole, cut into steps (each counted in the sampler's tokens)."""
+async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, first: int = 0) -> list[StepRecord]:
+    """A solution sampled whole, cut into steps numbered from ``first`` (each counted in the
+    sampler's tokens)."""
     texts = split_steps(sample.text, run.rules.delimiter) or [sample.text]
-    return [StepRecord.written(i, author, text, Work(await run.engines[author].acount_tokens(text)))
+    return [StepRecord.written(first + i, author, text, Work(await run.engines[author].acount_tokens(text)))
             for i, text in enumerate(texts)]
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.names import did_you_mean
 from engine.protocol import Engine, EngineError
@@ -66,6 +66,23 @@ class StrategyOptions(BaseModel):
                 got = f" (got {err['input']!r})" if err["loc"] else ""
                 problems.append(f"{where}: {message}{got}")
             raise StrategyError(f"strategy '{strategy}' {'; '.join(problems)}") from None
+
+
+class TargetOpening(StrategyOptions):
+    """The option of the strategies that draft: the target writes the first steps itself.
+
+    A drafted plan whose every token the target finds plausible can still be the wrong
+    plan, and the target then follows it (GSM8K #0: "1. Calculate the number of eggs Janet
+    eats" leads the 1.5B itself to 16 - 3 = 13). Letting the target write the opening and
+    the plan (2 steps) closed that gap for ``specreason`` on GSM8K test problems 100-129,
+    not the bench's: 19/30 like target-only, against 17/30 drafting from the first step
+    (benchmarks/measured/likelihood_defaults_gsm8k100-129). The searches use it per branch:
+    in ``tree`` the target proposes the candidates of the first depths, in ``best-of-n`` it
+    samples the first steps of every solution.
+    """
+
+    first_target_steps: int = Field(2, ge=0, description="steps the target writes before the draft starts "
+                                                         "(the opening and the plan)")
 
 
 class Policy:

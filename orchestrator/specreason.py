@@ -4,15 +4,11 @@ SpecReason (Pan et al., 2025): the small model drafts a reasoning step; the
 large model scores it 0-9 in one token (the ``score`` judge, prefix-cached);
 a step scored at or above the threshold stays, otherwise the large model
 writes that step itself from the same prefix. The first ``first_target_steps``
-steps are written by the target outright (default 2: the opening and the plan).
-
-Why 2: a drafted plan whose every token the target finds plausible can still be the
-wrong plan, and the target then follows it (GSM8K #0: "1. Calculate the number of eggs
-Janet eats" leads the 1.5B itself to 16 - 3 = 13). Chosen on GSM8K test problems
-100-129 (not the bench's), all at once, likelihood judge at its defaults:
-target-only 19/30; drafting from the first step 17/30 (4 lost, 2 gained), the target
-writing 31% of the tokens; the target writing the first two steps 19/30 (3 lost, 3
-gained), the target writing 47% (benchmarks/measured/likelihood_defaults_gsm8k100-129).
+steps are written by the target outright (default 2: the opening and the plan; why:
+:class:`orchestrator.driver.TargetOpening`). Chosen on GSM8K test problems 100-129 (not
+the bench's), all at once, likelihood judge at its defaults: target-only 19/30; drafting
+from the first step 17/30 (4 lost, 2 gained), the target writing 31% of the tokens; the
+target writing the first two steps 19/30 (3 lost, 3 gained), the target writing 47%.
 
 Worked example, threshold 7: the draft writes "16 - 3 = 13 eggs." and the
 target scores it 8.4: kept, author "draft". The draft writes "13 - 4 = 8
@@ -38,15 +34,13 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
-from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
+from orchestrator.driver import Policy, TargetOpening, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
 from orchestrator.trace import Author, Trace
 
 
-class SpecReasonOptions(StrategyOptions):
-    first_target_steps: int = Field(2, ge=0, description="steps the target writes before the draft starts "
-                                                         "(the opening and the plan)")
+class SpecReasonOptions(TargetOpening):
     backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
                                             "does not pay (goodput)")
 

@@ -23,6 +23,11 @@ and the large model verifying them. Here, at every depth:
    the branch's worst token logprob; with a whole-step judge, the path's mean
    step score.
 
+The first ``first_target_steps`` depths (default 2: the opening and the plan, as in
+``specreason``) are proposed by the target, exactly as in ``tree-target`` (same k, seeds
+and beam); the draft proposes from the next depth on. A plan is where a drafted step
+goes wrong in words the target finds plausible, and no per-token rule sees it.
+
 The search stops when no branch is open, at ``max_depth``, or when the tree
 has generated ``token_budget`` tokens; the answer is the best-scored finished
 branch (else the best open one). The whole tree is kept as a networkx graph
@@ -44,6 +49,7 @@ and 7.7->8.8 (8.25).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +57,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, StepCandidate, Verdict, plausible_share
-from orchestrator.driver import Policy, StrategyOptions, drive_search
+from orchestrator.driver import Policy, TargetOpening, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
@@ -60,9 +66,11 @@ from orchestrator.verify_queue import JudgeQueue
 
 # What ranks the branches, by whether the judge is a token-level verifier (Trace.search["branch_score"]).
 BRANCH_SCORE = {True: "plausible token share, then worst token logprob", False: "mean step score"}
+# The options a trace's search record repeats.
+SEARCH_OPTIONS = {"k", "beam", "max_depth", "temperature", "first_target_steps"}
 
 
-class TreeOptions(StrategyOptions):
+class TreeOptions(TargetOpening):
     k: int = Field(3, ge=1, description="candidate steps sampled per open branch")
     beam: int = Field(2, ge=1, description="branches that go on at each depth")
     max_depth: int = Field(12, ge=1)
@@ -108,12 +116,13 @@ class Child:
     step: GeneratedStep
     verdict: Verdict
     repaired: GeneratedStep | None = None  # the cut candidate whose kept tokens the step starts with
+    judge_seconds: float = 0.0  # its share of the judge batch that rated it
 
     def record_fields(self) -> dict[str, Any]:
         if self.repaired is not None:
-            return judged_fields(self.repaired, self.verdict)
+            return judged_fields(self.repaired, self.verdict, self.judge_seconds)
         return dict(draft_text=self.step.text if self.author is Author.DRAFT else None, accepted=self.verdict.accept,
-                    score=self.verdict.score, judge=self.verdict.judge)
+                    score=self.verdict.score, judge=self.verdict.judge, judge_seconds=self.judge_seconds)
 
     def tokens(self) -> tuple[float, int] | None:
         """(plausible share, tokens) under a token-level verdict: a repaired step's kept and
@@ -208,16 +217,16 @@ class TreeSearch(Policy):
         run.end(stop)
 
     async def expand(self, run: TraceRun, open_: list[Branch], depth: int) -> list[Branch]:
-        """Every open branch's children: k proposals each (one batched call), all judged in one
-        batch (one queue for all problems); a branch none of whose drafted proposals passes is
-        mended by the target."""
+        """Every open branch's children: k proposals each (one batched call), all judged in one batch
+        (one queue for all problems); the target mends a branch none of whose drafted proposals pass."""
         o, tree = self.options, self.tree
+        proposer = Author.TARGET if depth <= o.first_target_steps else self.proposer  # the opening and plan
         owners = [b for b in open_ for _ in range(o.k)]
         seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
-        proposals = await run.write_many(self.proposer, [b.steps for b in owners], temperature=o.temperature,
+        proposals = await run.write_many(proposer, [b.steps for b in owners], temperature=o.temperature,
                                          seed=seeds, logprobs=draft_logprobs(self.queue))
-        verdicts = await run.judge(self.queue, [candidate(run, self.queue, p, b.steps)
-                                                for b, p in zip(owners, proposals)])
+        verdicts, judge_seconds = await timed_judge(run, self.queue, [candidate(run, self.queue, p, b.steps)
+                                                                     for b, p in zip(owners, proposals)])
         children: list[Branch] = []
         poor: list[tuple[Branch, tuple[GeneratedStep, Verdict]]] = []
         for i, b in enumerate(open_):
@@ -225,20 +234,27 @@ class TreeSearch(Policy):
             for step, v in zip(proposals[i * o.k:(i + 1) * o.k], verdicts[i * o.k:(i + 1) * o.k]):
                 mine.setdefault(step.text.strip(), (step, v))  # a repeated sample is one child
             for step, v in mine.values():
-                grown = tree.grow(b, Child(self.proposer, step, v), depth)
-                if v.accept or self.proposer is Author.TARGET:
+                grown = tree.grow(b, Child(proposer, step, v, judge_seconds=judge_seconds), depth)
+                if v.accept or proposer is Author.TARGET:
                     children.append(grown)  # a rejected drafted step stays in the picture, not the search
-            if self.proposer is Author.DRAFT and not any(v.accept for _, v in mine.values()):
+            if proposer is Author.DRAFT and not any(v.accept for _, v in mine.values()):
                 # the proposal cut latest keeps the most drafted tokens
                 poor.append((b, max(mine.values(), key=lambda sv: (sv[1].cut.offset if sv[1].cut else -1,
                                                                    sv[1].plausible or 0.0))))
-        return children + (await mend(run, self.tree, self.queue, poor, depth) if poor else [])
+        return children + (await mend(run, self.tree, self.queue, poor, depth, judge_seconds) if poor else [])
 
     def search(self) -> dict[str, Any]:
-        options = self.options.model_dump(include={"k", "beam", "max_depth", "temperature"})
         return {"tree": self.tree.to_dict(), "num_finished": self.num_finished, "num_tree_tokens": self.num_tokens,
                 "queue": self.queue.stats.to_dict(), "branch_score": BRANCH_SCORE[self.queue.needs_draft_tokens],
-                "options": {**options, "proposer": self.proposer.value, "token_budget": self.token_budget}}
+                "options": {**self.options.model_dump(include=SEARCH_OPTIONS), "proposer": self.proposer.value,
+                            "token_budget": self.token_budget}}
+
+
+async def timed_judge(run: TraceRun, judge: Judge, candidates: list[StepCandidate]) -> tuple[list[Verdict], float]:
+    """``judge``'s verdicts on ``candidates`` (one batch), and its seconds per candidate."""
+    t0 = time.perf_counter()
+    verdicts = await run.judge(judge, candidates)
+    return verdicts, (time.perf_counter() - t0) / max(len(candidates), 1)
 
 
 def candidate(run: TraceRun, judge: Judge, proposal: GeneratedStep, steps: list[StepRecord]) -> StepCandidate:
@@ -247,17 +263,19 @@ def candidate(run: TraceRun, judge: Judge, proposal: GeneratedStep, steps: list[
 
 
 async def mend(run: TraceRun, tree: SearchTree, judge: Judge, poor: list[tuple[Branch, tuple[GeneratedStep, Verdict]]],
-               depth: int) -> list[Branch]:
+               depth: int, judge_seconds: float) -> list[Branch]:
     """The target's step for each branch whose every drafted proposal was rejected, in one
     batched call: after a token-level verifier it keeps the latest-cut proposal up to its cut
     and writes on from there; after a whole-step judge it writes the step whole (rated too)."""
     bases = [b.steps for b, _ in poor]
     if judge.needs_draft_tokens:
         written = await run.rewrite_many([v for _, (_, v) in poor], bases)
-        return [tree.grow(b, Child(Author.TARGET, w, v, repaired=s), depth) for (b, (s, v)), w in zip(poor, written)]
+        return [tree.grow(b, Child(Author.TARGET, w, v, repaired=s, judge_seconds=judge_seconds), depth)
+                for (b, (s, v)), w in zip(poor, written)]
     own = await run.write_many(Author.TARGET, bases)
-    verdicts = await run.judge(judge, [run.rating(s.text, steps) for s, steps in zip(own, bases)])
-    return [tree.grow(b, Child(Author.TARGET, s, v), depth) for (b, _), s, v in zip(poor, own, verdicts)]
+    verdicts, rated = await timed_judge(run, judge, [run.rating(s.text, steps) for s, steps in zip(own, bases)])
+    return [tree.grow(b, Child(Author.TARGET, s, v, judge_seconds=judge_seconds + rated), depth)
+            for (b, _), s, v in zip(poor, own, verdicts)]
 
 
 async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,

@@ -14,7 +14,7 @@ from trace_scenarios import DRAFT_STEPS, TARGET_STEPS, Q, run_all, script, witho
 
 from engine.protocol import EngineError
 from orchestrator.budget import Budget
-from orchestrator.driver import Policy, StrategyError, StrategyOptions, drive
+from orchestrator.driver import Policy, StrategyError, StrategyOptions, TargetOpening, drive
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.reasoner import Reasoner
 from orchestrator.run import Budget as BudgetFromRun
@@ -164,9 +164,10 @@ def test_every_strategy_declares_its_options_once():
         "specreason": {"first_target_steps": 2, "backoff": True},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True},
         "spec-thinking": {"takeover_tokens": 128},
-        "arbitrage": {"first_target_steps": 0, "backoff": True},
-        "tree": {"k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0, "token_budget": None},
-        "best-of-n": {"n": 5, "temperature": 0.8, "seed": 0, "vote": "majority"},
+        "arbitrage": {"first_target_steps": 2, "backoff": True},
+        "tree": {"first_target_steps": 2, "k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0,
+                 "token_budget": None},
+        "best-of-n": {"first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0, "vote": "majority"},
     }
     expected["tree-target"], expected["best-of-n-target"] = expected["tree"], expected["best-of-n"]
     for name, strategy in STRATEGIES.items():
@@ -177,6 +178,11 @@ def test_every_strategy_declares_its_options_once():
         config = strategy.options_model.model_config
         assert config["frozen"] and config["extra"] == "forbid"
     assert get_strategy("spec-thinking").options == ("cues", "takeover_tokens")
+    # the target's opening is one declaration (one default) for every strategy that drafts it
+    assert sorted(s for s, st in STRATEGIES.items() if issubclass(st.options_model, TargetOpening)) == [
+        "arbitrage", "best-of-n", "best-of-n-target", "specreason", "tree", "tree-target"]
+    assert all("first_target_steps" not in vars(st.options_model).get("__annotations__", {})
+               for st in STRATEGIES.values())
     assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead", "arbitrage"]
 
 

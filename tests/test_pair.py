@@ -173,7 +173,7 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, questio
     try:
         runner.run(target.start())
         runner.run(draft.start())
-        trace = runner.run(arbitrage(question, draft=draft, target=target, router=router,
+        trace = runner.run(arbitrage(question, draft=draft, target=target, router=router, first_target_steps=0,
                                      budget=Budget(max_tokens=160, max_step_tokens=64)))
     finally:
         runner.run(target.close())

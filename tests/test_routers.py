@@ -314,7 +314,8 @@ def test_read_examples_keeps_the_latest_record_of_a_position(tmp_path):
 def test_arbitrage_keeps_routes_and_stops_as_the_router_says():
     router = ScriptedRouter({"8 eggs": TARGET})
     draft = script(DRAFT_STEPS, "draft", token_logprob=lambda text: -0.5)
-    trace = asyncio.run(arbitrage(Q, draft=draft, target=script(TARGET_STEPS, "target"), router=router))
+    trace = asyncio.run(arbitrage(Q, draft=draft, target=script(TARGET_STEPS, "target"), router=router,
+                                  first_target_steps=0))
     assert [s.author for s in trace.steps] == ["draft", "target", "draft"]
     assert trace.steps[1].draft_text == "13 - 4 = 8 eggs." and trace.steps[1].accepted is False
     assert trace.steps[1].text == "9 * 2 = 18." and trace.steps[1].score == 0.9 and trace.steps[1].judge == "scripted"
@@ -324,7 +325,7 @@ def test_arbitrage_keeps_routes_and_stops_as_the_router_says():
 
     # the two ends of any router: keep all = draft-only's text, route all = target-only's
     keep_all = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(TARGET_STEPS),
-                                     router=ScriptedRouter({}, KEEP)))
+                                     router=ScriptedRouter({}, KEEP), first_target_steps=0))
     assert keep_all.text == asyncio.run(draft_only(Q, draft=script(DRAFT_STEPS))).text
     route_all = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(TARGET_STEPS),
                                       router=ScriptedRouter({}, TARGET)))
@@ -332,7 +333,7 @@ def test_arbitrage_keeps_routes_and_stops_as_the_router_says():
 
     # stop: the drafted step is dropped and the target writes the rest in one piece
     stopped = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(("It is \\boxed{18}.",)),
-                                    router=ScriptedRouter({"8 eggs": STOP})))
+                                    router=ScriptedRouter({"8 eggs": STOP}), first_target_steps=0))
     assert [s.author for s in stopped.steps] == ["draft", "target"] and stopped.answer == "18"
 
 
@@ -370,7 +371,8 @@ def test_arbitrage_oracle_keeps_the_better_step_and_reports_both():
 
 def test_reasoner_wires_routers_and_refuses_bad_ones(tmp_path):
     t, d = script(TARGET_STEPS), script(DRAFT_STEPS, token_logprob=lambda text: -3.0 if "8" in text else -0.1)
-    r = Reasoner(t, d, strategy="arbitrage", router="threshold", router_options={"min_confidence": 0.5})
+    r = Reasoner(t, d, strategy="arbitrage", router="threshold", router_options={"min_confidence": 0.5},
+                 first_target_steps=0)
     trace = r.solve(Q).trace
     assert [s.author for s in trace.steps] == ["draft", "target", "draft"]
     r.close()

@@ -233,20 +233,25 @@ def test_tree_on_the_likelihood_verifier_ends_is_target_only_and_draft_only_on_r
                                                                                           runner):
     """A greedy one-branch tree (k=1, beam=1) on the likelihood verifier: at rank limit 1 every
     drafted step is kept up to the target's first disagreement and repaired there, so the
-    chosen branch is target-only's text; with a floor nothing falls under, draft-only's."""
+    chosen branch is target-only's text (also with the target proposing the first depths,
+    the default); with a floor nothing falls under and the draft proposing from the first
+    depth, draft-only's."""
     from judges.likelihood import LikelihoodJudge
     from orchestrator.tree import tree
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
     greedy = dict(rules=RULES, budget=BUDGET, k=1, beam=1, temperature=0.0, max_depth=BUDGET.max_steps)
-    lossless = runner.run(tree(Q, draft=draft, target=target, judge=LikelihoodJudge(
-        target, floor=None, max_rank=1, math_max_rank=None), **greedy))
+    exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
+    lossless = runner.run(tree(Q, draft=draft, target=target, judge=exact, first_target_steps=0, **greedy))
     assert lossless.text == t_only.text
+    opened = runner.run(tree(Q, draft=draft, target=target, judge=exact, **greedy))
+    assert opened.text == t_only.text and [s.author for s in opened.steps[:2]] == ["target", "target"]
+    assert all(s.draft_text is None for s in opened.steps[:2])
     repaired = [s for s in lossless.steps if s.cut is not None]
     assert repaired and all(s.author == "target" and s.num_kept_tokens == s.cut["offset"] for s in repaired)
     assert lossless.search["branch_score"].startswith("plausible token share")
     everything = runner.run(tree(Q, draft=draft, target=target, judge=LikelihoodJudge(
-        target, floor=-1e6, math_max_rank=None), **greedy))
+        target, floor=-1e6, math_max_rank=None), first_target_steps=0, **greedy))
     assert everything.text == d_only.text and all(s.author == "draft" for s in everything.steps)
 
 

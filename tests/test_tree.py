@@ -76,7 +76,8 @@ def test_beam_keeps_b_branches_per_depth_and_the_best_answer_wins():
         return answer[branch][seed % 2]
 
     draft, target, judge = Sampler("draft", choose), Sampler("target", choose), TextScore()
-    trace = asyncio.run(tree(Q, draft=draft, target=target, judge=judge, k=3, beam=2, max_depth=4))
+    trace = asyncio.run(tree(Q, draft=draft, target=target, judge=judge, k=3, beam=2, max_depth=4,
+                             first_target_steps=0))
     g = load_tree(trace)
     depth1 = [n for n in g.nodes if g.nodes[n]["depth"] == 1]
     assert sorted(g.nodes[n]["score"] for n in depth1) == [3, 7, 9]
@@ -98,7 +99,7 @@ def test_target_writes_only_where_every_candidate_is_poor():
 
     target = Sampler("target", lambda p, s: "target step [s=8]\n\n")
     trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=target, judge=TextScore(), k=3, beam=2,
-                             max_depth=3))
+                             max_depth=3, first_target_steps=0))
     assert trace.steps[0].author == "target" and trace.steps[0].text == "target step [s=8]"
     assert trace.steps[1].author == "draft" and trace.answer == "5"
     assert target.batches == [1]  # one branch, one regenerated step
@@ -134,7 +135,7 @@ def test_with_a_token_level_verifier_the_target_repairs_a_branch_at_its_latest_c
 
     target = Sampler("target", lambda p, s: "d e.\n\n" if p.endswith("a b c ") else "?")
     trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=target, judge=WordVerifier(), k=3,
-                             beam=2))
+                             beam=2, first_target_steps=0))
     first = trace.steps[0]
     assert first.author == "target" and first.text == "a b c d e." and first.num_kept_tokens == 3
     assert first.cut["token"] == "BAD" and first.draft_text == "a b c BAD e" and first.accepted is False
@@ -165,7 +166,7 @@ def test_with_a_token_level_verifier_the_beam_ranks_by_the_share_of_plausible_to
         return "\\boxed{1} [p=0.6]" if "low" in prompt else "\\boxed{2} [p=0.8]"
 
     trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=Sampler("t", lambda p, s: "?"),
-                             judge=WordVerifier(), k=3, beam=2))
+                             judge=WordVerifier(), k=3, beam=2, first_target_steps=0))
     g = load_tree(trace)
     assert sorted(g.nodes[n]["text"] for n in g.nodes if g.nodes[n].get("beam")) == ["high [p=0.9]", "mid [p=0.7]"]
     # shares count tokens, not steps: "high [p=0.9]" (2 words, 0.9) then "\boxed{2} [p=0.8]" (2 words, 0.8)
@@ -182,6 +183,30 @@ def test_tree_target_is_the_same_search_with_the_target_proposing():
     assert all(s.author == "target" for s in trace.steps) and target.batches[:2] == [2, 4]
 
 
+def test_the_target_proposes_the_first_depths_as_in_tree_target_and_the_draft_the_rest():
+    def choose(who):
+        def write(prompt, seed):
+            depth = depth_of(prompt)
+            return f"{who}{depth}.{seed % 3} [s={5 + seed % 3}]\n\n" if depth < 3 else f"\\boxed{{{who}}} [s=9]"
+        return write
+
+    draft, target = Sampler("draft", choose("d")), Sampler("target", choose("t"))
+    trace = asyncio.run(tree(Q, draft=draft, target=target, judge=TextScore(), k=3, beam=2))
+    twin = asyncio.run(tree_target(Q, target=Sampler("target", choose("t")), judge=TextScore(), k=3, beam=2))
+    assert trace.search["options"]["first_target_steps"] == 2  # the default: the opening and the plan
+    # depths 1 and 2: the target proposes (3, then 3 per beam branch), the same nodes as its twin's
+    assert target.batches == [3, 6] and draft.batches[0] == 6
+    g, h = load_tree(trace), load_tree(twin)
+
+    def nodes(graph, depths):
+        return sorted((d["depth"], d["text"], d["author"], d["score"], d["beam"]) for _, d in graph.nodes(data=True)
+                      if d["depth"] in depths)
+
+    assert nodes(g, (1, 2)) == nodes(h, (1, 2)) and {a for _, _, a, _, _ in nodes(g, (1, 2))} == {"target"}
+    assert {a for _, _, a, _, _ in nodes(g, (3, 4))} == {"draft"}
+    assert [s.author for s in trace.steps] == ["target", "target", "draft", "draft"] and trace.answer == "d"
+
+
 def test_budgets_stop_the_search():
     endless = Sampler("draft", lambda p, s: f"more {s} [s=6]\n\n")
     trace = asyncio.run(tree(Q, draft=endless, target=endless, judge=TextScore(), k=2, beam=2, max_depth=3))
@@ -196,7 +221,8 @@ def test_budgets_stop_the_search():
 
 def test_tree_serializes_and_reloads():
     trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
-                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2))
+                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2,
+                             first_target_steps=0))
     again = Trace.from_json(trace.to_json())
     g1, g2 = load_tree(trace), load_tree(again)
     assert sorted(g1.nodes(data=True)) == sorted(g2.nodes(data=True)) and sorted(g1.edges) == sorted(g2.edges)
@@ -239,14 +265,16 @@ def test_best_of_n_votes_and_the_target_breaks_ties():
         return ["x \\boxed{18}", "y \\boxed{18.0}", "z \\boxed{16}"][seed % 3]
 
     judge = TextScore()
-    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", majority), target=Sampler("t", majority), judge=judge, n=3))
+    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", majority), target=Sampler("t", majority), judge=judge, n=3,
+                                  first_target_steps=0))
     assert trace.answer == "18" and trace.search["votes"] == {"18": 2, "16": 1} and judge.calls == []
 
     def tie(prompt, seed):
         return ["a \\boxed{1} [s=3]", "b \\boxed{2} [s=8]"][seed % 2]
 
     judge = TextScore()
-    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", tie), target=Sampler("t", tie), judge=judge, n=4))
+    trace = asyncio.run(best_of_n(Q, draft=Sampler("d", tie), target=Sampler("t", tie), judge=judge, n=4,
+                                  first_target_steps=0))
     assert trace.answer == "2" and judge.calls == [4] and trace.search["judged"]
     base = asyncio.run(best_of_n_target(Q, target=Sampler("t", tie), judge=TextScore(), n=2, vote="weighted"))
     assert base.answer == "2" and base.strategy == "best-of-n-target" and base.steps[0].author == "target"
@@ -263,7 +291,7 @@ def test_best_of_n_under_step_verification_repairs_cut_steps_and_breaks_ties_by_
 
     draft, target, judge = Sampler("d", drafts), Sampler("t", lambda p, s: "fixed.\n\n" if p.endswith("a ") else "?"), \
         WordVerifier()
-    trace = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=judge, n=3))
+    trace = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=judge, n=3, first_target_steps=0))
     # one drafting call, one verifier batch per round, one repair call for the one cut step
     assert draft.batches == [3, 3] and judge.calls == [3, 3] and target.batches == [1]
     # 4 against 5, one vote each: shares 0.75 ((2 + 1) of 4 drafted words) against 0.625 (2.5 of 4)
@@ -277,6 +305,38 @@ def test_best_of_n_under_step_verification_repairs_cut_steps_and_breaks_ties_by_
     base = asyncio.run(best_of_n_target(Q, target=Sampler("t", lambda p, s: ["\\boxed{1}", "\\boxed{2} BAD"][s % 2]),
                                         judge=WordVerifier(), n=2))
     assert base.answer == "1" and not base.search["options"]["verified"]
+
+
+def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_write_on():
+    def drafts(prompt, seed):
+        return "so \\boxed{4}" if seed % 2 else "so BAD \\boxed{5}"
+
+    def opening(prompt, seed):  # the target's first step differs by the solution's seed
+        return f"plan {seed % 10_007}.\n\n" if depth_of(prompt) == 0 else "so \\boxed{4}"
+
+    draft, target, judge = Sampler("d", drafts), Sampler("t", opening), WordVerifier()
+    trace = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=judge, n=3, first_target_steps=1,
+                                  vote="weighted"))
+    # one target call for the three openings, then the drafted steps (one call, one verifier
+    # batch) and one repair call for the one cut (solution 1's): the openings are not judged
+    assert target.batches == [3, 1] and draft.batches == [3] and judge.calls == [3]
+    assert [s["text"].split("\n\n")[0] for s in trace.search["samples"]] == ["plan 0.", "plan 1.", "plan 2."]
+    assert trace.search["votes"] == {"4": 3} and trace.search["options"]["first_target_steps"] == 1
+    assert [s.author for s in trace.steps] == ["target", "draft"] and trace.steps[0].text == "plan 0."
+    # the score counts drafted tokens only (the target's opening is not in it): 2 of 3 for the cut one
+    assert [round(s["score"], 3) for s in trace.search["samples"]] == [1.0, 0.667, 1.0]
+
+    # a whole-solution judge: the target's opening, then the draft samples the rest whole
+    rated = asyncio.run(best_of_n(Q, draft=Sampler("d", lambda p, s: f"so \\boxed{{{s % 2}}} [s={3 + s % 2}]"),
+                                  target=Sampler("t", opening), judge=TextScore(), n=2, first_target_steps=1))
+    assert [s["text"] for s in rated.search["samples"]] == ["plan 0.\n\nso \\boxed{0} [s=3]",
+                                                            "plan 1.\n\nso \\boxed{1} [s=4]"]
+    assert rated.answer == "1" and [(s.index, s.author) for s in rated.steps] == [(0, "target"), (1, "draft")]
+    assert rated.steps[0].text == "plan 1."
+    # the target's own samples have no opening of their own: written whole, as before
+    twin = Sampler("t", opening)
+    asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2, first_target_steps=1))
+    assert twin.batches == [2]
 
 
 # -- tiny real models -------------------------------------------------------------------------
@@ -356,7 +416,8 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
     from workflows.cli.tree_view import draw_tree, rich_tree
 
     trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
-                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2))
+                             target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2,
+                             first_target_steps=0))
     console = Console(record=True, width=120)
     console.print(rich_tree(trace))
     shown = console.export_text()
