@@ -28,11 +28,9 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from pydantic import Field
-
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
-from orchestrator.driver import Policy, StrategyOptions, TargetOpening, backoff_governor, drive, split_shared
+from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
@@ -49,9 +47,8 @@ def routing_state(run: TraceRun, drafted: GeneratedStep) -> RoutingState:
                         drafted.token_logprobs, drafted.token_entropies, drafted.complete)
 
 
-class ArbitrageOptions(TargetOpening):
-    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
-                                            "does not pay (goodput, as in specreason)")
+class ArbitrageOptions(Backoff, TargetOpening):
+    """The target's opening steps, and backing off under load (as in ``specreason``)."""
 
 
 class Arbitrage(Policy):

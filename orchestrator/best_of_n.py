@@ -23,6 +23,13 @@ The target samples the first ``first_target_steps`` steps of every drafted solut
 one batched call per step, so the n plans stay as diverse as the target's own; the draft
 writes on from there. Those steps are not judged and not in the score.
 
+``backoff`` (goodput, :mod:`orchestrator.goodput`): before each verified round the
+governor shared by the problems in flight decides whether drafting pays at the measured
+load. When it does not (many problems in flight: the target decodes them in one batch,
+and a round of draft, verify and repair costs more per token), the target samples the
+rest of every unfinished solution whole, in one batched call, as ``best-of-n-target``
+does; those steps say ``backoff=True``. Alone, the draft drafts.
+
 Worked example, n=5: answers 18, 18, 16, 18, 9: 18 wins three votes to one,
 no score needed. Answers 18, 16, 16, 18, None: a tie; the solutions' plausible
 shares are 0.97, 0.88, 0.91, 0.95: 18 wins (1.92 against 1.79).
@@ -38,14 +45,15 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, plausible_share
-from orchestrator.driver import Policy, TargetOpening, drive_search
+from orchestrator.driver import Backoff, Policy, TargetOpening, drive_search
+from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import find_answer, split_steps
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
-class BestOfNOptions(TargetOpening):
+class BestOfNOptions(Backoff, TargetOpening):
     n: int = Field(5, ge=1, description="whole solutions sampled, in one batch")
     temperature: float = Field(0.8, ge=0)
     seed: int = 0
@@ -72,6 +80,8 @@ class Solution:
     in a vote."""
 
     sample: GeneratedStep | None = None  # sampled whole, after ``steps``
+    sampler: Author | None = None  # who sampled it
+    backoff: bool = False  # sampled by the target because drafting did not pay at the load
     steps: list[StepRecord] = field(default_factory=list)  # written step by step
     ends: str | None = None  # what its last step ends (GeneratedStep.ends)
     complete: bool = False
@@ -135,8 +145,8 @@ class BestOfN(Policy):
         pick = max((i for i in range(o.n) if answers[i] == winner),
                    key=lambda i: (solutions[i].score or 0.0, -i)) if winner is not None else 0
         chosen = solutions[pick]
-        steps = chosen.steps + (await split_sample(run, self.sampler, chosen.sample, len(chosen.steps))
-                                if chosen.sample else [])
+        steps = chosen.steps + (await split_sample(run, chosen.sampler, chosen.sample, len(chosen.steps),
+                                                   backoff=chosen.backoff) if chosen.sample else [])
         for i, record in enumerate(steps):
             run.add(record, chosen.ends if i == len(steps) - 1 else None)
         run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)  # unless its last step ended it
@@ -149,7 +159,7 @@ class BestOfN(Policy):
     def search(self) -> dict[str, Any]:
         o = self.options
         return {**self.found, "options": {"n": o.n, "temperature": o.temperature, "vote": o.vote,
-                                          "first_target_steps": o.first_target_steps,
+                                          "first_target_steps": o.first_target_steps, "backoff": o.backoff,
                                           "sampler": self.sampler.value, "verified": self.verified}}
 
 
@@ -172,27 +182,32 @@ async def write_opening(run: TraceRun, o: BestOfNOptions, solutions: list[Soluti
 
 
 async def write_whole(run: TraceRun, judge: Judge, o: BestOfNOptions, sampler: Author,
-                      solutions: list[Solution]) -> None:
+                      solutions: list[Solution], backoff: bool = False) -> None:
     """Each unfinished solution sampled whole by ``sampler`` from where it stands, in one
-    batched call, within the tokens the budget leaves it."""
+    batched call, within the tokens the budget leaves it (``backoff``: the target, because
+    drafting did not pay)."""
     live = [i for i, s in enumerate(solutions) if s.open(run)]
     samples = await run.write_many(sampler, [[*run.steps, *solutions[i].steps] for i in live],
                                    [run.budget.max_tokens - solutions[i].num_tokens for i in live],
                                    until_end=True, temperature=o.temperature, logprobs=draft_logprobs(judge),
                                    seed=[o.seed * 1_000_003 + i for i in live])
     for i, sample in zip(live, samples):
-        solutions[i].sample, solutions[i].ends, solutions[i].complete = sample, sample.ends, sample.complete
+        s = solutions[i]
+        s.sample, s.sampler, s.backoff, s.ends, s.complete = sample, sampler, backoff, sample.ends, sample.complete
 
 
 async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions, solutions: list[Solution]) -> None:
     """The drafted solutions, on from their openings, under step verification. Each round,
     every unfinished solution drafts a step (one batched call, sampled), the verifier checks
     them all (one batch), and the target repairs the rejected ones at their cuts (one batched
-    call, sampled too)."""
+    call, sampled too). When drafting does not pay at the load, the target samples the rest."""
     for depth in range(o.first_target_steps, run.budget.max_steps):
         live = [i for i, s in enumerate(solutions) if s.open(run)]
         if not live:
             break
+        if run.decide(lambda: sum(s.num_tokens for s in solutions)) is StepMode.TARGET:  # goodput
+            await write_whole(run, judge, o, Author.TARGET, solutions, backoff=True)
+            return
         bases, sown = [[*run.steps, *solutions[i].steps] for i in live], seeds(o, depth, live)
         drafted = await run.write_many(Author.DRAFT, bases, temperature=o.temperature, seed=sown,
                                        logprobs=draft_logprobs(judge, o.temperature))
@@ -225,20 +240,21 @@ async def score_solutions(run: TraceRun, judge: Judge, solutions: list[Solution]
             s.score = v.score
 
 
-async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, first: int = 0) -> list[StepRecord]:
+async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, first: int = 0,
+                       backoff: bool = False) -> list[StepRecord]:
     """A solution sampled whole, cut into steps numbered from ``first`` (each counted in the
     sampler's tokens)."""
     texts = split_steps(sample.text, run.rules.delimiter) or [sample.text]
-    return [StepRecord.written(first + i, author, text, Work(await run.engines[author].acount_tokens(text)))
-            for i, text in enumerate(texts)]
+    return [StepRecord.written(first + i, author, text, Work(await run.engines[author].acount_tokens(text)),
+                               backoff=backoff) for i, text in enumerate(texts)]
 
 
 async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
-                    sampler: str = "draft", **options: Any) -> Trace:
+                    sampler: str = "draft", governor: GoodputGovernor | None = None, **options: Any) -> Trace:
     """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
     return await drive_search("best-of-n", BestOfN, BestOfNOptions, question, sampler,
-                              {"target": target, "draft": draft}, judge, options)
+                              {"target": target, "draft": draft}, judge, {**options, "governor": governor})
 
 
 async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:

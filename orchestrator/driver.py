@@ -85,6 +85,19 @@ class TargetOpening(StrategyOptions):
                                                          "(the opening and the plan)")
 
 
+class Backoff(StrategyOptions):
+    """The option of the strategies that back off under load (goodput, :mod:`orchestrator.goodput`).
+
+    A governor shared by a reasoner's problems in flight measures, per load, what a
+    drafted step and a target-written one cost per token, and has the target write when
+    drafting does not pay: with many problems in flight the target decodes them in one
+    batch, and the draft-verify-repair round loses. Alone (one problem) the draft drafts.
+    """
+
+    backoff: bool = Field(True, description="the target writes when, at the measured load, drafting does not "
+                                            "pay (goodput)")
+
+
 class Policy:
     """What one strategy does: write the next step(s) of a trace. Subclasses set
     ``name`` (the trace's strategy) and define :meth:`step`."""
@@ -138,15 +151,19 @@ async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Polic
                        engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any]) -> Trace:
     """A search strategy (``tree``, ``best-of-n``) run by :func:`drive`: ``who`` samples its
     candidates ("draft"; "target": its ``-target`` twin, the baseline), ``keywords`` are the
-    strategy's options and the driver's."""
+    strategy's options and the driver's (and the shared ``governor`` of one that backs off)."""
     if who not in ("draft", "target"):
         raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
     if who == "draft" and engines.get("draft") is None:
         raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
     author = Author(who)
     shared, options = split_shared(keywords)
+    governor = options.pop("governor", None)
     name = strategy if author is Author.DRAFT else f"{strategy}-target"
-    return await drive(policy(judge, options_model.parse(name, options), author), question, engines, **shared)
+    o = options_model.parse(name, options)
+    backoff = isinstance(o, Backoff) and o.backoff and author is Author.DRAFT  # the twin never drafts
+    return await drive(policy(judge, o, author), question, engines, governor=backoff_governor(backoff, governor),
+                       **shared)
 
 
 def backoff_governor(backoff: bool, governor: GoodputGovernor | None) -> GoodputGovernor | None:

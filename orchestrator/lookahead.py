@@ -39,20 +39,18 @@ from pydantic import Field, model_validator
 
 from engine.protocol import Engine
 from judges.base import Judge
-from orchestrator.driver import Policy, StrategyOptions, backoff_governor, drive, split_shared
+from orchestrator.driver import Backoff, Policy, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, Trace
 
 
-class LookaheadOptions(StrategyOptions):
+class LookaheadOptions(Backoff):
     gamma: int = Field(4, ge=1, description="steps drafted ahead in the first round")
     min_gamma: int = Field(1, ge=1)
     max_gamma: int = Field(8, ge=1)
     adaptive: bool = Field(True, description="γ follows the running step acceptance rate")
-    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
-                                            "does not pay (goodput)")
 
     @model_validator(mode="after")
     def _ordered(self) -> "LookaheadOptions":

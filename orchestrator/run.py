@@ -148,26 +148,30 @@ class TraceRun:
         self._t0 = time.perf_counter()
         # Goodput-aware speculation: the shared governor, and the decision awaiting its step.
         self.governor = governor
-        self._decision: tuple[StepMode, int, float, int] | None = None  # (mode, load, started, tokens then)
+        # (mode, load, started, tokens then, how to count the tokens written)
+        self._decision: tuple[StepMode, int, float, int, Callable[[], int]] | None = None
         if governor is not None:
             governor.enter()
 
-    def decide(self) -> StepMode:
+    def decide(self, written: Callable[[], int] | None = None) -> StepMode:
         """Who writes the next step(s): the governor's choice at the current load (always
-        the draft without one). What was written under it is observed at the next decision."""
+        the draft without one). What was written under it is observed at the next decision
+        (or when the trace leaves): the trace's new tokens, or, for a search whose text is
+        not yet the trace's, the new tokens that ``written`` counts."""
         if self.governor is None:
             return StepMode.DRAFT
         self._observe_decision()
         mode = self.governor.decide()
-        self._decision = (mode, self.governor.in_flight, time.perf_counter(), self.num_tokens)
+        count = written or (lambda: self.num_tokens)
+        self._decision = (mode, self.governor.in_flight, time.perf_counter(), count(), count)
         return mode
 
     def _observe_decision(self) -> None:
         """Tell the governor what the last decision's mode wrote (tokens, seconds) since it was made."""
         if self._decision is not None:
-            mode, load, started, tokens = self._decision
+            mode, load, started, tokens, count = self._decision
             self._decision = None
-            self.governor.observe(mode, load, self.num_tokens - tokens, time.perf_counter() - started)
+            self.governor.observe(mode, load, count() - tokens, time.perf_counter() - started)
 
     def leave(self) -> None:
         """The trace is done with the governor (once; finish calls it too)."""

@@ -30,19 +30,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
-from orchestrator.driver import Policy, TargetOpening, backoff_governor, drive, split_shared
+from orchestrator.driver import Backoff, Policy, TargetOpening, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
 from orchestrator.trace import Author, Trace
 
 
-class SpecReasonOptions(TargetOpening):
-    backoff: bool = Field(True, description="the target writes a step when, at the measured load, drafting "
-                                            "does not pay (goodput)")
+class SpecReasonOptions(Backoff, TargetOpening):
+    """The target's opening steps, and backing off under load."""
 
 
 class SpecReason(Policy):

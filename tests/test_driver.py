@@ -14,7 +14,7 @@ from trace_scenarios import DRAFT_STEPS, TARGET_STEPS, Q, run_all, script, witho
 
 from engine.protocol import EngineError
 from orchestrator.budget import Budget
-from orchestrator.driver import Policy, StrategyError, StrategyOptions, TargetOpening, drive
+from orchestrator.driver import Backoff, Policy, StrategyError, StrategyOptions, TargetOpening, drive
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.reasoner import Reasoner
 from orchestrator.run import Budget as BudgetFromRun
@@ -167,7 +167,8 @@ def test_every_strategy_declares_its_options_once():
         "arbitrage": {"first_target_steps": 2, "backoff": True},
         "tree": {"first_target_steps": 2, "k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0,
                  "token_budget": None},
-        "best-of-n": {"first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0, "vote": "majority"},
+        "best-of-n": {"backoff": True, "first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0,
+                      "vote": "majority"},
     }
     expected["tree-target"], expected["best-of-n-target"] = expected["tree"], expected["best-of-n"]
     for name, strategy in STRATEGIES.items():
@@ -183,14 +184,18 @@ def test_every_strategy_declares_its_options_once():
         "arbitrage", "best-of-n", "best-of-n-target", "specreason", "tree", "tree-target"]
     assert all("first_target_steps" not in vars(st.options_model).get("__annotations__", {})
                for st in STRATEGIES.values())
-    assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead", "arbitrage"]
+    # backing off under load too: one declaration (and one default) in driver.Backoff
+    assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead", "arbitrage",
+                                                                   "best-of-n", "best-of-n-target"]
+    assert all(issubclass(st.options_model, Backoff) and "backoff" not in vars(st.options_model).get("__annotations__", {})
+               for st in STRATEGIES.values() if st.backs_off)
 
 
 def test_options_are_checked_by_name_and_value():
     lookahead = get_strategy("lookahead")
     assert check_options(lookahead, {"gamma": 2}).gamma == 2
-    with pytest.raises(StrategyError, match="strategy 'lookahead' has no option gama; it takes: gamma, min_gamma, "
-                                            r"max_gamma, adaptive, backoff. Did you mean 'gamma'\?"):
+    with pytest.raises(StrategyError, match="strategy 'lookahead' has no option gama; it takes: backoff, gamma, "
+                                            r"min_gamma, max_gamma, adaptive. Did you mean 'gamma'\?"):
         check_options(lookahead, {"gama": 3})
     with pytest.raises(StrategyError, match=r"strategy 'lookahead' option gamma: Input should be greater than or "
                                             r"equal to 1 \(got 0\)"):

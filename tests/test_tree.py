@@ -339,6 +339,43 @@ def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_
     assert twin.batches == [2]
 
 
+def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_at_the_load():
+    from orchestrator.goodput import GoodputGovernor, StepMode
+
+    def loaded(others):
+        g = GoodputGovernor()
+        for _ in range(others):
+            g.enter()  # other problems in flight
+        for _ in range(3):  # measured with 8 in flight: a drafted round costs 10x more per token
+            g.observe(StepMode.DRAFT, 8, 10, 10.0)
+            g.observe(StepMode.TARGET, 8, 10, 1.0)
+        return g
+
+    def target_writes(prompt, seed):
+        return "plan.\n\n" if depth_of(prompt) == 0 else "then \\boxed{4}"
+
+    g = loaded(7)  # with this one, 8 in flight
+    draft, target = Sampler("d", lambda p, s: "so \\boxed{5}"), Sampler("t", target_writes)
+    trace = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=WordVerifier(), n=3, first_target_steps=1,
+                                  governor=g))
+    # the openings, then the rest of all three whole in one call: no draft, no verifier
+    assert draft.batches == [] and target.batches == [3, 3] and trace.answer == "4"
+    assert [(s.author, s.backoff) for s in trace.steps] == [("target", False), ("target", True)]
+    assert trace.num_backoff_steps == 1 and trace.search["options"]["backoff"]
+    # the trace left the governor, which observed what the target wrote under its decision
+    assert g.in_flight == 7 and g.buckets[8].num_samples[StepMode.TARGET] == 4
+    # alone, the same measurements: the draft drafts
+    draft, target = Sampler("d", lambda p, s: "so \\boxed{5}"), Sampler("t", target_writes)
+    alone = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=WordVerifier(), n=3, first_target_steps=1,
+                                  governor=loaded(0)))
+    assert draft.batches == [3] and alone.answer == "5" and alone.num_backoff_steps == 0
+    # without backoff, no governor: the draft drafts at any load
+    draft = Sampler("d", lambda p, s: "so \\boxed{5}")
+    asyncio.run(best_of_n(Q, draft=draft, target=Sampler("t", target_writes), judge=WordVerifier(), n=3,
+                          first_target_steps=1, backoff=False, governor=loaded(7)))
+    assert draft.batches == [3]
+
+
 # -- tiny real models -------------------------------------------------------------------------
 
 
