@@ -81,7 +81,6 @@ class Solution:
 
     sample: GeneratedStep | None = None  # sampled whole, after ``steps``
     sampler: Author | None = None  # who sampled it
-    backoff: bool = False  # sampled by the target because drafting did not pay at the load
     steps: list[StepRecord] = field(default_factory=list)  # written step by step
     ends: str | None = None  # what its last step ends (GeneratedStep.ends)
     complete: bool = False
@@ -145,8 +144,10 @@ class BestOfN(Policy):
         pick = max((i for i in range(o.n) if answers[i] == winner),
                    key=lambda i: (solutions[i].score or 0.0, -i)) if winner is not None else 0
         chosen = solutions[pick]
+        # A drafted solution sampled whole by the target: drafting did not pay at the load.
         steps = chosen.steps + (await split_sample(run, chosen.sampler, chosen.sample, len(chosen.steps),
-                                                   backoff=chosen.backoff) if chosen.sample else [])
+                                                   backoff=chosen.sampler is not self.sampler)
+                                if chosen.sample else [])
         for i, record in enumerate(steps):
             run.add(record, chosen.ends if i == len(steps) - 1 else None)
         run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)  # unless its last step ended it
@@ -182,10 +183,9 @@ async def write_opening(run: TraceRun, o: BestOfNOptions, solutions: list[Soluti
 
 
 async def write_whole(run: TraceRun, judge: Judge, o: BestOfNOptions, sampler: Author,
-                      solutions: list[Solution], backoff: bool = False) -> None:
+                      solutions: list[Solution]) -> None:
     """Each unfinished solution sampled whole by ``sampler`` from where it stands, in one
-    batched call, within the tokens the budget leaves it (``backoff``: the target, because
-    drafting did not pay)."""
+    batched call, within the tokens the budget leaves it."""
     live = [i for i, s in enumerate(solutions) if s.open(run)]
     samples = await run.write_many(sampler, [[*run.steps, *solutions[i].steps] for i in live],
                                    [run.budget.max_tokens - solutions[i].num_tokens for i in live],
@@ -193,7 +193,7 @@ async def write_whole(run: TraceRun, judge: Judge, o: BestOfNOptions, sampler: A
                                    seed=[o.seed * 1_000_003 + i for i in live])
     for i, sample in zip(live, samples):
         s = solutions[i]
-        s.sample, s.sampler, s.backoff, s.ends, s.complete = sample, sampler, backoff, sample.ends, sample.complete
+        s.sample, s.sampler, s.ends, s.complete = sample, sampler, sample.ends, sample.complete
 
 
 async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions, solutions: list[Solution]) -> None:
@@ -206,7 +206,7 @@ async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions, solutio
         if not live:
             break
         if run.decide(lambda: sum(s.num_tokens for s in solutions)) is StepMode.TARGET:  # goodput
-            await write_whole(run, judge, o, Author.TARGET, solutions, backoff=True)
+            await write_whole(run, judge, o, Author.TARGET, solutions)
             return
         bases, sown = [[*run.steps, *solutions[i].steps] for i in live], seeds(o, depth, live)
         drafted = await run.write_many(Author.DRAFT, bases, temperature=o.temperature, seed=sown,
@@ -254,7 +254,7 @@ async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engin
     """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
     ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
     return await drive_search("best-of-n", BestOfN, BestOfNOptions, question, sampler,
-                              {"target": target, "draft": draft}, judge, {**options, "governor": governor})
+                              {"target": target, "draft": draft}, judge, options, governor)
 
 
 async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:

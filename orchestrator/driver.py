@@ -148,17 +148,17 @@ def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Policy],
                        options_model: type[StrategyOptions], question: str, who: str,
-                       engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any]) -> Trace:
+                       engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any],
+                       governor: GoodputGovernor | None = None) -> Trace:
     """A search strategy (``tree``, ``best-of-n``) run by :func:`drive`: ``who`` samples its
     candidates ("draft"; "target": its ``-target`` twin, the baseline), ``keywords`` are the
-    strategy's options and the driver's (and the shared ``governor`` of one that backs off)."""
+    strategy's options and the driver's; ``governor``: the shared one, for a strategy that backs off."""
     if who not in ("draft", "target"):
         raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
     if who == "draft" and engines.get("draft") is None:
         raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
     author = Author(who)
     shared, options = split_shared(keywords)
-    governor = options.pop("governor", None)
     name = strategy if author is Author.DRAFT else f"{strategy}-target"
     o = options_model.parse(name, options)
     backoff = isinstance(o, Backoff) and o.backoff and author is Author.DRAFT  # the twin never drafts

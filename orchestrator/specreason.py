@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from orchestrator.driver import Backoff, Policy, TargetOpening, backoff_governor, drive, split_shared

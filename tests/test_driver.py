@@ -187,7 +187,8 @@ def test_every_strategy_declares_its_options_once():
     # backing off under load too: one declaration (and one default) in driver.Backoff
     assert [s for s, st in STRATEGIES.items() if st.backs_off] == ["specreason", "lookahead", "arbitrage",
                                                                    "best-of-n", "best-of-n-target"]
-    assert all(issubclass(st.options_model, Backoff) and "backoff" not in vars(st.options_model).get("__annotations__", {})
+    assert all(issubclass(st.options_model, Backoff)
+               and "backoff" not in vars(st.options_model).get("__annotations__", {})
                for st in STRATEGIES.values() if st.backs_off)
 
 
