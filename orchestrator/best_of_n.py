@@ -45,7 +45,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, plausible_share
-from orchestrator.driver import Backoff, Policy, TargetOpening, drive_search
+from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, drive_search
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
@@ -53,12 +53,18 @@ from orchestrator.steps import find_answer, split_steps
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
-class BestOfNOptions(Backoff, TargetOpening):
+class BestOfNTargetOptions(StrategyOptions):
+    """The vote's options; ``best-of-n-target`` (the baseline, the target sampling) takes these."""
+
     n: int = Field(5, ge=1, description="whole solutions sampled, in one batch")
     temperature: float = Field(0.8, ge=0)
     seed: int = 0
     vote: Literal["majority", "weighted"] = Field("majority", description="weighted: the judge rates every "
                                                                           "solution, not only to break a tie")
+
+
+class BestOfNOptions(BestOfNTargetOptions, Backoff, TargetOpening):
+    """``best-of-n``'s: the vote's, the target's opening, and backing off under load."""
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -109,7 +115,7 @@ class Solution:
 class BestOfN(Policy):
     """The search; its one step keeps the winning solution's steps and ends the trace."""
 
-    def __init__(self, judge: Judge, options: BestOfNOptions, sampler: Author) -> None:
+    def __init__(self, judge: Judge, options: BestOfNTargetOptions, sampler: Author) -> None:
         if judge.needs_target_step:
             raise JudgeError(f"best-of-n rates each solution on its own; judge '{judge.name}' compares two steps: "
                              "use 'likelihood' or 'score'")
@@ -158,13 +164,11 @@ class BestOfN(Policy):
                       "chosen_sample": pick, "num_sample_tokens": sum(s.num_tokens for s in solutions)}
 
     def search(self) -> dict[str, Any]:
-        o = self.options
-        return {**self.found, "options": {"n": o.n, "temperature": o.temperature, "vote": o.vote,
-                                          "first_target_steps": o.first_target_steps, "backoff": o.backoff,
-                                          "sampler": self.sampler.value, "verified": self.verified}}
+        return {**self.found, "options": {**self.options.model_dump(exclude={"seed"}), "sampler": self.sampler.value,
+                                          "verified": self.verified}}
 
 
-def seeds(o: BestOfNOptions, depth: int, solutions: list[int]) -> list[int]:
+def seeds(o: BestOfNTargetOptions, depth: int, solutions: list[int]) -> list[int]:
     """The sampling seeds of ``solutions`` (indices) at step ``depth``: siblings differ."""
     return [o.seed * 1_000_003 + depth * 10_007 + i for i in solutions]
 
@@ -182,7 +186,7 @@ async def write_opening(run: TraceRun, o: BestOfNOptions, solutions: list[Soluti
             solutions[i].add(Author.TARGET, step)
 
 
-async def write_whole(run: TraceRun, judge: Judge, o: BestOfNOptions, sampler: Author,
+async def write_whole(run: TraceRun, judge: Judge, o: BestOfNTargetOptions, sampler: Author,
                       solutions: list[Solution]) -> None:
     """Each unfinished solution sampled whole by ``sampler`` from where it stands, in one
     batched call, within the tokens the budget leaves it."""
@@ -251,9 +255,11 @@ async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, fir
 
 async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
                     sampler: str = "draft", governor: GoodputGovernor | None = None, **options: Any) -> Trace:
-    """``options``: :class:`BestOfNOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
-    ``sampler``: who samples the solutions ("target": the ``best-of-n-target`` baseline)."""
-    return await drive_search("best-of-n", BestOfN, BestOfNOptions, question, sampler,
+    """``options``: :class:`BestOfNOptions` (the twin's: :class:`BestOfNTargetOptions`), and the
+    driver's ``rules``, ``budget``, ``on_step``. ``sampler``: who samples the solutions ("target":
+    the ``best-of-n-target`` baseline)."""
+    return await drive_search("best-of-n", BestOfN, {"draft": BestOfNOptions, "target": BestOfNTargetOptions},
+                              question, sampler,
                               {"target": target, "draft": draft}, judge, options, governor)
 
 

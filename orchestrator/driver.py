@@ -147,12 +147,13 @@ def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
 
 
 async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Policy],
-                       options_model: type[StrategyOptions], question: str, who: str,
+                       options_models: Mapping[str, type[StrategyOptions]], question: str, who: str,
                        engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any],
                        governor: GoodputGovernor | None = None) -> Trace:
     """A search strategy (``tree``, ``best-of-n``) run by :func:`drive`: ``who`` samples its
-    candidates ("draft"; "target": its ``-target`` twin, the baseline), ``keywords`` are the
-    strategy's options and the driver's; ``governor``: the shared one, for a strategy that backs off."""
+    candidates ("draft"; "target": its ``-target`` twin, the baseline), ``options_models`` the
+    options each takes (by ``who``), ``keywords`` the strategy's options and the driver's;
+    ``governor``: the shared one, for a strategy that backs off."""
     if who not in ("draft", "target"):
         raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
     if who == "draft" and engines.get("draft") is None:
@@ -160,8 +161,8 @@ async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Polic
     author = Author(who)
     shared, options = split_shared(keywords)
     name = strategy if author is Author.DRAFT else f"{strategy}-target"
-    o = options_model.parse(name, options)
-    backoff = isinstance(o, Backoff) and o.backoff and author is Author.DRAFT  # the twin never drafts
+    o = options_models[who].parse(name, options)
+    backoff = isinstance(o, Backoff) and o.backoff
     return await drive(policy(judge, o, author), question, engines, governor=backoff_governor(backoff, governor),
                        **shared)
 

@@ -33,13 +33,13 @@ from typing import Any, Awaitable, Callable, Mapping
 from common.names import did_you_mean
 from orchestrator.arbitrage import ArbitrageOptions, arbitrage, arbitrage_oracle
 from orchestrator.baseline import NoOptions, draft_only, target_only
-from orchestrator.best_of_n import BestOfNOptions, best_of_n, best_of_n_target
+from orchestrator.best_of_n import BestOfNOptions, BestOfNTargetOptions, best_of_n, best_of_n_target
 from orchestrator.driver import StrategyError, StrategyOptions
 from orchestrator.lookahead import LookaheadOptions, lookahead
 from orchestrator.spec_thinking import SpecThinkingOptions, spec_thinking
 from orchestrator.specreason import SpecReasonOptions, specreason
 from orchestrator.trace import Trace
-from orchestrator.tree import TreeOptions, tree, tree_target
+from orchestrator.tree import TreeOptions, TreeTargetOptions, tree, tree_target
 
 __all__ = ["STRATEGIES", "Strategy", "StrategyError", "check_options", "get_strategy"]
 
@@ -83,12 +83,12 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("arbitrage", arbitrage, ArbitrageOptions, needs_draft=True, default_judge=None, needs_router=True),
         Strategy("arbitrage-oracle", arbitrage_oracle, NoOptions, needs_draft=True, default_judge="score"),
         Strategy("tree", tree, TreeOptions, needs_draft=True, default_judge="likelihood", queued_judge=True),
-        Strategy("tree-target", tree_target, TreeOptions, needs_draft=False, default_judge="likelihood",
+        Strategy("tree-target", tree_target, TreeTargetOptions, needs_draft=False, default_judge="likelihood",
                  queued_judge=True),
         Strategy("best-of-n", best_of_n, BestOfNOptions, needs_draft=True, default_judge="likelihood",
                  queued_judge=True),
-        Strategy("best-of-n-target", best_of_n_target, BestOfNOptions, needs_draft=False, default_judge="likelihood",
-                 queued_judge=True),
+        Strategy("best-of-n-target", best_of_n_target, BestOfNTargetOptions, needs_draft=False,
+                 default_judge="likelihood", queued_judge=True),
     )
 }
 

@@ -57,7 +57,7 @@ from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, StepCandidate, Verdict, plausible_share
-from orchestrator.driver import Policy, TargetOpening, drive_search
+from orchestrator.driver import Policy, StrategyOptions, TargetOpening, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
@@ -70,7 +70,9 @@ BRANCH_SCORE = {True: "plausible token share, then worst token logprob", False: 
 SEARCH_OPTIONS = {"k", "beam", "max_depth", "temperature", "first_target_steps"}
 
 
-class TreeOptions(TargetOpening):
+class TreeTargetOptions(StrategyOptions):
+    """The search's options; ``tree-target`` (the baseline, the target proposing) takes these."""
+
     k: int = Field(3, ge=1, description="candidate steps sampled per open branch")
     beam: int = Field(2, ge=1, description="branches that go on at each depth")
     max_depth: int = Field(12, ge=1)
@@ -78,6 +80,10 @@ class TreeOptions(TargetOpening):
     seed: int = 0
     token_budget: int | None = Field(None, ge=1, description="tokens the whole tree may generate "
                                                              "(None: budget.max_tokens * k * beam)")
+
+
+class TreeOptions(TreeTargetOptions, TargetOpening):
+    """``tree``'s: the search's, and the target proposing at the first depths."""
 
 
 @dataclass
@@ -121,7 +127,8 @@ class Child:
     def record_fields(self) -> dict[str, Any]:
         if self.repaired is not None:
             return judged_fields(self.repaired, self.verdict, self.judge_seconds)
-        return dict(draft_text=self.step.text if self.author is Author.DRAFT else None, accepted=self.verdict.accept,
+        drafted = self.author is Author.DRAFT  # a target-written candidate is rated, but no draft was judged
+        return dict(draft_text=self.step.text if drafted else None, accepted=self.verdict.accept if drafted else None,
                     score=self.verdict.score, judge=self.verdict.judge, judge_seconds=self.judge_seconds)
 
     def tokens(self) -> tuple[float, int] | None:
@@ -163,9 +170,10 @@ class SearchTree:
                       parent.scores + [verdict.score if verdict.score is not None else 0.0], step.ends,
                       parent.tokens + [tokens] if tokens is not None else [])
 
-    def mark(self, branch: Branch, flag: str, last_only: bool = False) -> None:
-        for node in branch.nodes[-1:] if last_only else branch.nodes:
-            self.graph.nodes[node][flag] = True
+    def mark(self, branches: list[Branch], flag: str, last_only: bool = False) -> None:
+        for branch in branches:
+            for node in branch.nodes[-1:] if last_only else branch.nodes:
+                self.graph.nodes[node][flag] = True
 
     def to_dict(self) -> dict[str, Any]:
         import networkx as nx
@@ -176,12 +184,13 @@ class SearchTree:
 class TreeSearch(Policy):
     """The search; its one step keeps the chosen branch's steps and ends the trace."""
 
-    def __init__(self, judge: Judge, options: TreeOptions, proposer: Author) -> None:
+    def __init__(self, judge: Judge, options: TreeTargetOptions, proposer: Author) -> None:
         if judge.needs_target_step:
             raise JudgeError(f"tree search rates each candidate on its own; judge '{judge.name}' compares two "
                              "steps: use 'likelihood' or 'score'")
         self.name = "tree" if proposer is Author.DRAFT else "tree-target"
         self.options, self.proposer = options, proposer
+        self.opening = options.first_target_steps if isinstance(options, TargetOpening) else 0  # target-proposed
         self.queue = judge if isinstance(judge, JudgeQueue) else JudgeQueue(judge)
         self.tree, self.token_budget, self.num_tokens, self.num_finished = None, options.token_budget, 0, 0
 
@@ -200,8 +209,7 @@ class TreeSearch(Policy):
                     or repeats(c.steps)]
             finished += done
             open_ = sorted((c for c in children if c not in done), key=lambda c: c.rank, reverse=True)[:o.beam]
-            for b in open_:
-                self.tree.mark(b, "beam", last_only=True)
+            self.tree.mark(open_, "beam", last_only=True)
             if not open_:
                 break
             if self.num_tokens >= self.token_budget:
@@ -209,7 +217,7 @@ class TreeSearch(Policy):
                 break
         self.num_finished = len(finished)
         best = max(finished or open_, key=lambda b: b.rank)
-        self.tree.mark(best, "chosen")
+        self.tree.mark([best], "chosen")
         for i, record in enumerate(best.steps):
             run.add(record, best.ends if i == len(best.steps) - 1 else None)
         if best in finished:  # unless its last step ended it
@@ -220,7 +228,7 @@ class TreeSearch(Policy):
         """Every open branch's children: k proposals each (one batched call), all judged in one batch
         (one queue for all problems); the target mends a branch none of whose drafted proposals pass."""
         o, tree = self.options, self.tree
-        proposer = Author.TARGET if depth <= o.first_target_steps else self.proposer  # the opening and plan
+        proposer = Author.TARGET if depth <= self.opening else self.proposer  # the opening and plan
         owners = [b for b in open_ for _ in range(o.k)]
         seeds = [o.seed * 1_000_003 + depth * 10_007 + i for i in range(len(owners))]
         proposals = await run.write_many(proposer, [b.steps for b in owners], temperature=o.temperature,
@@ -280,10 +288,11 @@ async def mend(run: TraceRun, tree: SearchTree, judge: Judge, poor: list[tuple[B
 
 async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
                proposer: str = "draft", **options: Any) -> Trace:
-    """``options``: :class:`TreeOptions`, and the driver's ``rules``, ``budget``, ``on_step``.
-    ``proposer``: who samples the candidates ("target": the ``tree-target`` baseline)."""
-    return await drive_search("tree", TreeSearch, TreeOptions, question, proposer, {"target": target, "draft": draft},
-                              judge, options)
+    """``options``: :class:`TreeOptions` (the twin's: :class:`TreeTargetOptions`), and the driver's
+    ``rules``, ``budget``, ``on_step``. ``proposer``: who samples the candidates ("target": the
+    ``tree-target`` baseline)."""
+    return await drive_search("tree", TreeSearch, {"draft": TreeOptions, "target": TreeTargetOptions}, question,
+                              proposer, {"target": target, "draft": draft}, judge, options)
 
 
 async def tree_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:

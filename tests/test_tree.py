@@ -10,6 +10,7 @@ from engine.types import Completion, FinishReason, GenerationResult
 from fake_engine import ScriptedEngine
 from judges.base import CutRule, StepCandidate, TokenCut, Verdict
 from orchestrator.best_of_n import answer_key, best_of_n, best_of_n_target
+from orchestrator.driver import StrategyError
 from orchestrator.reasoner import Reasoner
 from orchestrator.run import Budget
 from orchestrator.trace import Trace
@@ -205,6 +206,12 @@ def test_the_target_proposes_the_first_depths_as_in_tree_target_and_the_draft_th
     assert nodes(g, (1, 2)) == nodes(h, (1, 2)) and {a for _, _, a, _, _ in nodes(g, (1, 2))} == {"target"}
     assert {a for _, _, a, _, _ in nodes(g, (3, 4))} == {"draft"}
     assert [s.author for s in trace.steps] == ["target", "target", "draft", "draft"] and trace.answer == "d"
+    # the target's opening was rated, but no draft was judged there: step acceptance counts the drafted two
+    assert [s.accepted for s in trace.steps] == [None, None, True, True]
+    assert (trace.num_drafted_steps, trace.num_accepted_steps, trace.step_acceptance_rate) == (2, 2, 1.0)
+    # the twin takes no opening option: it proposes at every depth
+    with pytest.raises(StrategyError, match="'tree-target' has no option first_target_steps"):
+        asyncio.run(tree_target(Q, target=Sampler("target", choose("t")), judge=TextScore(), first_target_steps=1))
 
 
 def test_budgets_stop_the_search():
@@ -333,10 +340,14 @@ def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_
                                                             "plan 1.\n\nso \\boxed{1} [s=4]"]
     assert rated.answer == "1" and [(s.index, s.author) for s in rated.steps] == [(0, "target"), (1, "draft")]
     assert rated.steps[0].text == "plan 1."
-    # the target's own samples have no opening of their own: written whole, as before
+    # the target's own samples have no opening of their own: written whole, in one batch;
+    # the twin takes no opening option (nor backoff): it never drafts
     twin = Sampler("t", opening)
-    asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2, first_target_steps=1))
+    asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2))
     assert twin.batches == [2]
+    for option in ("first_target_steps", "backoff"):
+        with pytest.raises(StrategyError, match=f"'best-of-n-target' has no option {option}"):
+            asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2, **{option: 1}))
 
 
 def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_at_the_load():
