@@ -49,7 +49,7 @@ from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening,
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.steps import find_answer, split_steps
+from orchestrator.steps import answer_key, find_answer, split_steps
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
@@ -65,18 +65,6 @@ class BestOfNTargetOptions(StrategyOptions):
 
 class BestOfNOptions(BestOfNTargetOptions, Backoff, TargetOpening):
     """``best-of-n``'s: the vote's, the target's opening, and backing off under load."""
-
-
-def answer_key(answer: str | None) -> str | None:
-    """An answer normalized for voting: numbers compared as numbers ("18.0" == "18")."""
-    if answer is None:
-        return None
-    text = answer.strip().replace(",", "").replace("$", "").rstrip(".")
-    try:
-        value = float(text)
-    except ValueError:
-        return " ".join(text.split())
-    return str(int(value)) if value.is_integer() else repr(value)
 
 
 @dataclass

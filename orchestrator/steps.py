@@ -122,3 +122,15 @@ def _find_answer(text: str, rules: StepRules) -> str | None:
         if matches:
             return matches[-1].group("answer").strip()
     return None
+
+
+def answer_key(answer: str | None) -> str | None:
+    """An answer normalized for voting: numbers compared as numbers ("18.0" == "18")."""
+    if answer is None:
+        return None
+    text = answer.strip().replace(",", "").replace("$", "").rstrip(".")
+    try:
+        value = float(text)
+    except ValueError:
+        return " ".join(text.split())
+    return str(int(value)) if value.is_integer() else repr(value)

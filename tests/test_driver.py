@@ -175,7 +175,7 @@ def test_every_strategy_declares_its_options_once():
         "spec-thinking": {"takeover_tokens": 128},
         "arbitrage": {"first_target_steps": 2, "backoff": True},
         "tree": {"first_target_steps": 2, "k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0,
-                 "token_budget": None},
+                 "token_budget": None, "vote": "majority"},
         "best-of-n": {"backoff": True, "first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0,
                       "vote": "majority"},
     }

@@ -94,6 +94,28 @@ def test_beam_keeps_b_branches_per_depth_and_the_best_answer_wins():
     assert draft.batches[:2] == [3, 6] and judge.calls == [3, 6] and target.batches == []
 
 
+def test_the_answer_most_finished_branches_reach_wins_over_the_best_scored_one():
+    # depth 1: a (9), b (8), c (7), all three go on; depth 2: a answers 1, b and c 2,000.0
+    def choose(prompt, seed):
+        if depth_of(prompt) == 0:
+            return ["a [s=9]\n\n", "b [s=8]\n\n", "c [s=7]\n\n"][seed % 3]
+        return "so \\boxed{1} [s=9]" if "a [s=9]" in prompt else "so \\boxed{2,000.0} [s=6]"
+
+    def run(**vote):
+        return asyncio.run(tree(Q, draft=Sampler("draft", choose), target=Sampler("target", choose), judge=TextScore(),
+                                k=3, beam=3, max_depth=3, first_target_steps=0, **vote))
+
+    voted = run()
+    # paths: a->1 scores 9, b->2 7, c->2 6.5: "2000" has two votes (numbers compared as numbers);
+    # of its branches the better-scored one, b, is kept
+    assert voted.answer == "2,000.0" and [s.text for s in voted.steps] == ["b [s=8]", "so \\boxed{2,000.0} [s=6]"]
+    assert voted.search["votes"] == {"1": 1, "2000": 2} and voted.search["options"]["vote"] == "majority"
+    best = run(vote="best")
+    assert best.answer == "1" and best.search["votes"] == {"1": 1, "2000": 2}
+    with pytest.raises(StrategyError, match="option vote"):
+        run(vote="weighted")
+
+
 def test_target_writes_only_where_every_candidate_is_poor():
     def choose(prompt, seed):
         return "poor [s=1]\n\n" if depth_of(prompt) == 0 else "\\boxed{5} [s=6]"
