@@ -37,7 +37,7 @@ shares are 0.97, 0.88, 0.91, 0.95: 18 wins (1.92 against 1.79).
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,7 +49,7 @@ from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening,
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.steps import answer_key, find_answer, split_steps
+from orchestrator.steps import split_steps, tally
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 
 
@@ -121,8 +121,7 @@ class BestOfN(Policy):
             await write_verified(run, self.judge, o, solutions)
         else:
             await write_whole(run, self.judge, o, self.sampler, solutions)
-        answers = [answer_key(find_answer(s.text(run.rules.delimiter), run.rules)) for s in solutions]
-        votes = Counter(a for a in answers if a is not None)
+        answers, votes = tally([s.text(run.rules.delimiter) for s in solutions], run.rules)
         top = votes.most_common()
         tied = [a for a, c in top if c == top[0][1]] if top else []
         winner = tied[0] if len(tied) == 1 else None
@@ -247,8 +246,7 @@ async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engin
     driver's ``rules``, ``budget``, ``on_step``. ``sampler``: who samples the solutions ("target":
     the ``best-of-n-target`` baseline)."""
     return await drive_search("best-of-n", BestOfN, {"draft": BestOfNOptions, "target": BestOfNTargetOptions},
-                              question, sampler,
-                              {"target": target, "draft": draft}, judge, options, governor)
+                              question, sampler, {"target": target, "draft": draft}, judge, options, governor)
 
 
 async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:

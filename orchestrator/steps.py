@@ -16,6 +16,7 @@ Pure text functions: no engine, no model library.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 CODE_FENCE = "```"
@@ -134,3 +135,9 @@ def answer_key(answer: str | None) -> str | None:
     except ValueError:
         return " ".join(text.split())
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+def tally(texts: list[str], rules: StepRules = StepRules()) -> tuple[list[str | None], Counter[str]]:
+    """Each text's answer as a vote (:func:`answer_key`; None: no answer), and the votes per answer."""
+    answers = [answer_key(find_answer(text, rules)) for text in texts]
+    return answers, Counter(a for a in answers if a is not None)

@@ -56,7 +56,6 @@ and 7.7->8.8 (8.25).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -67,7 +66,7 @@ from judges.base import Judge, JudgeError, StepCandidate, Verdict, plausible_sha
 from orchestrator.driver import Policy, StrategyOptions, TargetOpening, drive_search
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.steps import StepRules, answer_key, find_answer
+from orchestrator.steps import StepRules, tally
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
 from orchestrator.verify_queue import JudgeQueue
 
@@ -284,8 +283,7 @@ def choose(finished: list[Branch], open_: list[Branch], rules: StepRules, vote: 
     Example: finished branches scored 1.0 (answer 60), 0.98 (20), 0.97 (20), 0.9 (none):
     20 has two votes, so the 0.98 branch is kept."""
     ranked = sorted(finished, key=lambda b: b.rank, reverse=True)
-    answers = [answer_key(find_answer(join_steps(b.steps, rules.delimiter), rules)) for b in ranked]
-    votes = Counter(a for a in answers if a is not None)
+    answers, votes = tally([join_steps(b.steps, rules.delimiter) for b in ranked], rules)
     if vote == "majority" and votes:
         top = max(votes.values())
         return ranked[next(i for i, a in enumerate(answers) if votes.get(a) == top)], dict(votes)
