@@ -361,12 +361,13 @@ class VLLMEngine:
 
     async def _run_one(self, ids: list[int], params) -> Any:
         request_id = f"{self.name}-{next(self._ids)}"
-        final = None
+        llm, final = self._llm, None
         try:
-            async for out in self._llm.generate({"prompt_token_ids": ids}, params, request_id):
+            async for out in llm.generate({"prompt_token_ids": ids}, params, request_id):
                 final = out
         except asyncio.CancelledError:
-            await self._llm.abort(request_id)
+            if self._llm is llm:  # still open; a closed engine's shutdown dropped its requests
+                await llm.abort(request_id)
             raise
         except Exception as e:  # EngineDeadError and kin: this engine cannot answer any more
             raise EngineError(f"engine '{self.name}' failed during a request: {type(e).__name__}: {e}"

@@ -1,0 +1,53 @@
+"""Cancelling requests of the in-process vLLM backend, on a stand-in for vLLM's AsyncLLM."""
+
+import asyncio
+
+import pytest
+
+from engine.vllm_backend import VLLMEngine
+
+
+class HangingLLM:
+    """AsyncLLM's surface that a request touches: generate never finishes; abort and
+    shutdown are recorded."""
+
+    def __init__(self) -> None:
+        self.aborted: list[str] = []
+        self.started = asyncio.Event()
+        self.shut = False
+
+    async def generate(self, prompt, params, request_id):
+        self.started.set()
+        await asyncio.Event().wait()
+        yield None  # pragma: no cover - never reached
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def shutdown(self, timeout: float) -> None:
+        self.shut = True
+
+
+async def hanging_request(close_first: bool) -> tuple[HangingLLM, BaseException]:
+    engine = VLLMEngine("unused", name="e")
+    llm = engine._llm = HangingLLM()
+    task = asyncio.create_task(engine._run_one([1, 2, 3], None))
+    await llm.started.wait()
+    if close_first:  # Ctrl-C in a bench: the engines close while their requests still wait
+        await engine.close()
+    task.cancel()
+    with pytest.raises(BaseException) as raised:
+        await task
+    return llm, raised.value
+
+
+def test_cancelling_a_request_of_an_open_engine_aborts_it():
+    llm, error = asyncio.run(hanging_request(close_first=False))
+    assert isinstance(error, asyncio.CancelledError)
+    assert llm.aborted == ["e-0"] and not llm.shut
+
+
+def test_cancelling_a_request_after_the_engine_closed_raises_only_the_cancellation():
+    llm, error = asyncio.run(hanging_request(close_first=True))
+    assert isinstance(error, asyncio.CancelledError)  # was: AttributeError, 'NoneType' has no 'abort'
+    assert llm.shut and llm.aborted == []
