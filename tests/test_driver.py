@@ -56,14 +56,19 @@ def test_committed_bench_samples_load_and_serialize_back():
     assert exact >= 900  # the runs written with today's fields: byte-for-byte the same JSON
 
 
-def test_a_committed_tree_search_loads_as_a_graph():
+def test_every_committed_tree_search_loads_as_a_graph():
+    """Each tree search a committed bench run saved (any run, either arm, either mode) loads
+    as a graph whose chosen nodes are the trace's steps, in order."""
     from orchestrator.tree import load_tree
 
-    (path,) = [p for p in SAMPLES if p.endswith("samples_gsm8k_tree.jsonl")]
-    trace = Trace.from_json(json.dumps(_records(path)[0]["trace"]))
-    g = load_tree(trace)
-    chosen = [n for n in g.nodes if g.nodes[n].get("chosen")]
-    assert [g.nodes[n]["text"] for n in chosen] == [s.text for s in trace.steps]
+    searches = [r for path in SAMPLES for r in _records(path) if r["strategy"] in ("tree", "tree-target")]
+    assert len(searches) >= 200
+    for record in searches:
+        trace = Trace.from_json(json.dumps(record["trace"]))
+        g = load_tree(trace)
+        chosen = [n for n in g.nodes if g.nodes[n].get("chosen")]
+        where = (record["strategy"], record["doc_id"])
+        assert [g.nodes[n]["text"] for n in chosen] == [s.text for s in trace.steps], where
 
 
 RECORDED = Path(__file__).parent / "data" / "traces_v1.jsonl"
