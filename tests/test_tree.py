@@ -183,6 +183,27 @@ def test_with_a_token_level_verifier_the_target_repairs_a_branch_at_its_latest_c
     assert "draft 75% plausible, cut 'BAD' -9.0  x BAD y z" in shown
 
 
+def test_with_a_token_level_verifier_every_cut_candidate_that_ends_the_trace_is_repaired_and_votes():
+    def choose(prompt, seed):
+        if depth_of(prompt) == 0:  # accepted; cut, open; cut, ends the trace; cut, ends the trace
+            return ["a b\n\n", "c BAD d\n\n", "so BAD \\boxed{3}", "thus BAD \\boxed{4}"][seed % 4]
+        return "\\boxed{5}"
+
+    target = Sampler("target", lambda p, s: "\\boxed{7}" if p.endswith(("so ", "thus ")) else "?")
+    trace = asyncio.run(tree(Q, draft=Sampler("draft", choose), target=target, judge=WordVerifier(), k=4,
+                             beam=2, first_target_steps=0))
+    # one batched repair of the two finishing candidates; the open cut one is dropped (a sibling passed)
+    assert target.batches == [2]
+    assert trace.search["votes"] == {"7": 2, "5": 1} and trace.search["num_finished"] == 3
+    assert trace.answer == "7" and trace.steps[0].author == "target" and trace.steps[0].num_kept_tokens == 1
+    assert trace.steps[0].text in ("so \\boxed{7}", "thus \\boxed{7}")  # tied: both 100% plausible
+    g = load_tree(trace)
+    repaired = sorted(g.nodes[n]["text"] for n in g.nodes if g.nodes[n].get("repaired"))
+    assert repaired == ["so \\boxed{7}", "thus \\boxed{7}"]
+    dropped = [n for n in g.nodes if g.nodes[n]["text"] == "c BAD d"]
+    assert len(dropped) == 1 and g.out_degree(dropped[0]) == 0 and g.nodes[dropped[0]]["repaired"] is False
+
+
 def test_with_a_token_level_verifier_the_beam_ranks_by_the_share_of_plausible_tokens():
     def choose(prompt, seed):
         if depth_of(prompt) == 0:
