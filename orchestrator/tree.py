@@ -54,10 +54,10 @@ keeps the 11 tokens before the second one's cut and writes on (18 tokens): that
 child is 29/29 plausible. The second branch's candidates: accepted, cut at token 9,
 and cut at token 30 of 34 in "... = \\boxed{12}" (at "12"): the accepted one is a
 child, the third is repaired (the target writes from its "12" on), the second is
-dropped. With the ``score`` judge, k=3, beam=2: candidates scored 8.1, 6.0 and 7.7; the 8.1 and 7.7 branches continue. Their 6 children
-score (7.9, 8.4, 5.0) and (3.0, 2.0, 4.0 -- all poor: the target writes a 4th,
-scored 8.8). The beam keeps the best two paths by mean score: 8.1->8.4 (8.25)
-and 7.7->8.8 (8.25).
+dropped. With the ``score`` judge, k=3, beam=2: candidates scored 8.1, 6.0 and 7.7;
+the 8.1 and 7.7 branches continue. Their 6 children score (7.9, 8.4, 5.0) and
+(3.0, 2.0, 4.0 -- all poor: the target writes a 4th, scored 8.8). The beam keeps
+the best two paths by mean score: 8.1->8.4 (8.25) and 7.7->8.8 (8.25).
 """
 
 from __future__ import annotations
