@@ -6,12 +6,13 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fake_engine import ScriptedEngine
 from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.eval.report import PLOTS, acceptance_by_position, paired_counts, summarize
+from workflows.eval.report import PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -509,19 +510,46 @@ def test_paired_counts_and_judge_time_on_hand_made_records():
     assert alone["lik"]["paired"]["over"] == "target-only (throughput)" and alone["lik"]["paired"]["lost"] == 1
 
 
-def test_report_of_a_committed_run_rebuilds(tmp_path):
-    import shutil
-    from pathlib import Path
+def test_a_search_arm_under_any_label_pairs_with_its_target_twin():
+    options = {"bon-rules": {"strategy": "best-of-n"}, "sr": {"strategy": "specreason"}}
+    results = {"config": {"strategies": ["bon-rules", "best-of-n-target", "tree", "sr", "target-only"],
+                          "strategy_options": options}, "run": {}}
+    assert arm_twins(results) == {"bon-rules": "best-of-n-target"}  # tree's twin did not run: target-only then
+    base = [_record(d, c, seconds=2.0) for d, c in enumerate([True, True, False])]
+    arm = [_record(d, c) for d, c in enumerate([False, True, True])]
+    out = summarize({"bon-rules": arm, "best-of-n-target": base, "target-only": arm}, ["exact"],
+                    twins=arm_twins(results))
+    assert out["bon-rules"]["paired"]["over"] == "best-of-n-target"
+    assert (out["bon-rules"]["paired"]["lost"], out["bon-rules"]["paired"]["gained"]) == (1, 1)
+    assert out["bon-rules"]["speedup"]["median"] == 2.0
+    # two arms of the twin's strategy: the one labelled with its name
+    results["config"]["strategies"].append("bont")
+    results["config"]["strategy_options"]["bont"] = {"strategy": "best-of-n-target"}
+    assert arm_twins(results)["bon-rules"] == "best-of-n-target"
 
-    source = Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "gsm8k30_cpu"
-    run = tmp_path / "old"
-    shutil.copytree(source, run)
+
+def rebuilt_report(measured: str, tmp_path) -> tuple[Path, str]:
+    """A committed run under benchmarks/measured/, copied, its report and plots deleted and rebuilt by the CLI."""
+    import shutil
+
+    run = tmp_path / measured
+    shutil.copytree(Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / measured, run)
     for f in ["report.md", *PLOTS]:
         (run / f).unlink()
     r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report", str(run)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    report = (run / "report.md").read_text()
+    return run, (run / "report.md").read_text()
+
+
+def test_the_committed_best_of_n_pilot_pairs_its_labelled_arm_with_the_twin(tmp_path):
+    _, report = rebuilt_report("gsm8k_offset100_bon_rules_pilot_cpu", tmp_path)
+    row = "| bon-rules | throughput | 10 | 60.0% ± 16.3% | 0 / 0 / +0 (vs best-of-n-target) | 446 | 0.81× |"
+    assert row in report
+
+
+def test_report_of_a_committed_run_rebuilds(tmp_path):
+    run, report = rebuilt_report("gsm8k30_cpu", tmp_path)
     assert "| specreason | 30 | 20.0% ± 7.4% | 20.0% | 63.2 | 90.5 | 4.67 | 1.18× | 1.19× |" in report
     # paired: target-only solves 18; specreason loses 13 of them and gains 1
     assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in report

@@ -11,7 +11,9 @@ and each mode, latency and throughput, is summarized on its own):
   the median and the geometric mean of those ratios. The baseline is
   ``target-only``, except for a search strategy whose target-only twin ran
   too (``PAIRED_BASELINES``: ``tree`` over ``tree-target``, ``best-of-n`` over
-  ``best-of-n-target``: the same search, the target doing all of it).
+  ``best-of-n-target``: the same search, the target doing all of it), under
+  any label: an arm ``bon-rules`` running ``best-of-n`` pairs with the run's
+  ``best-of-n-target`` arm (:func:`arm_twins`).
 * step acceptance rate: accepted drafted steps / drafted steps, pooled.
 * target token share: tokens of the traces' text the target wrote / all of them.
 * token-level acceptance (vLLM, per engine): accepted draft tokens / proposed
@@ -84,17 +86,19 @@ def _stat_total(stats: list[dict], key: str) -> int | None:
 
 def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[str],
               baseline: str | None = "target-only", *, judges: dict[str, str | None] | None = None,
-              fallback: dict[str, list[dict]] | None = None,
+              twins: dict[str, str] | None = None, fallback: dict[str, list[dict]] | None = None,
               fallback_name: str = "other mode") -> dict[str, dict[str, Any]]:
     """Per arm, the run's metrics from its sample records (one mode's).
 
     ``judges``: arm → judge name, for the judge-time ratio to the ``score`` arm.
+    ``twins``: search arm → its target-only twin's arm (default: arms named as their strategies).
     ``fallback``: the other mode's records, to pair accuracy with a baseline
     that did not run in this mode."""
     out = {}
     primary = metrics[0]
+    twins = PAIRED_BASELINES if twins is None else twins
     for strategy, rows in records.items():
-        over = PAIRED_BASELINES.get(strategy) if PAIRED_BASELINES.get(strategy) in records else baseline
+        over = twins.get(strategy) if twins.get(strategy) in records else baseline
         base = {r["doc_id"]: r for r in records.get(over, [])} if over else {}
         n = len(rows)
         m: dict[str, Any] = {"num_problems": n, "num_errors": sum(1 for r in rows if r["error"])}
@@ -157,6 +161,27 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
     return out
 
 
+def arm_strategy(arm: str, results: dict[str, Any]) -> str:
+    """The strategy an arm ran: as the run recorded it, else its ``strategy`` option, else its label."""
+    info = (results["run"].get("arms") or {}).get(arm) or {}
+    return info.get("strategy") or ((results["config"].get("strategy_options") or {}).get(arm) or {}).get(
+        "strategy", arm)
+
+
+def arm_twins(results: dict[str, Any]) -> dict[str, str]:
+    """Each search arm's target-only twin among the run's arms: an arm running the twin strategy
+    (``PAIRED_BASELINES``), the one labelled with the twin's name first."""
+    arms = results["config"]["strategies"]
+    strategies = {arm: arm_strategy(arm, results) for arm in arms}
+    twins = {}
+    for arm in arms:
+        twin = PAIRED_BASELINES.get(strategies[arm])
+        candidates = [a for a in arms if twin is not None and strategies[a] == twin]
+        if candidates:
+            twins[arm] = twin if twin in candidates else candidates[0]
+    return twins
+
+
 def arm_judges(results: dict[str, Any], records: dict[str, list[dict]]) -> dict[str, str | None]:
     """Each arm's judge: as the run recorded it, else (older runs) the judge option
     given, else the one judge name its steps carry, else the strategy's default."""
@@ -171,7 +196,7 @@ def arm_judges(results: dict[str, Any], records: dict[str, list[dict]]) -> dict[
             continue
         given = options.get(arm, {}).get("judge")
         names = {step["judge"] for r in records.get(arm, []) for step in r["trace"]["steps"] if step.get("judge")}
-        strategy = STRATEGIES.get(options.get(arm, {}).get("strategy", arm))
+        strategy = STRATEGIES.get(arm_strategy(arm, results))
         out[arm] = (given if isinstance(given, str) else next(iter(names)) if len(names) == 1
                     else strategy.default_judge if strategy else None)
     return out
@@ -182,9 +207,11 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
     """Both modes' summaries of a run (``results``: its results file; the records of each
     mode per arm). A throughput arm's summary adds its measured wall time and the speedup."""
     metrics, baseline = results["run"]["metrics"], results.get("baseline")
-    judges = arm_judges(results, {**throughput, **latency})
-    lat = summarize(latency, metrics, baseline, judges=judges, fallback=throughput, fallback_name="throughput")
-    tp = summarize(throughput, metrics, baseline, judges=judges, fallback=latency, fallback_name="latency")
+    judges, twins = arm_judges(results, {**throughput, **latency}), arm_twins(results)
+    lat = summarize(latency, metrics, baseline, judges=judges, twins=twins, fallback=throughput,
+                    fallback_name="throughput")
+    tp = summarize(throughput, metrics, baseline, judges=judges, twins=twins, fallback=latency,
+                   fallback_name="latency")
     runs = results["run"].get("throughput") or {}
     sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
     wave, num_problems = results["config"].get("throughput_wave"), len(results["run"]["problem_ids"])
@@ -203,7 +230,7 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
 
     for arm, m in tp.items():
         run = runs.get(arm) or {}
-        over = PAIRED_BASELINES.get(arm) if PAIRED_BASELINES.get(arm) in tp else baseline
+        over = twins.get(arm) if twins.get(arm) in tp else baseline
         mine = run.get("wall_seconds") if run.get("status") == "complete" else None
         # Wall times are compared wave by wave, only where one session timed both arms: a
         # resumed run's sessions may share the machine with other work (measured here: the
@@ -456,9 +483,8 @@ def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[
 
 
 def _describe_arm(arm: str, results: dict[str, Any], judges: dict[str, str | None]) -> str:
-    info = (results["run"].get("arms") or {}).get(arm)
     options = (results["config"].get("strategy_options") or {}).get(arm, {})
-    strategy = (info or {}).get("strategy") or options.get("strategy", arm)
+    strategy = arm_strategy(arm, results)
     judge = judges.get(arm)
     given = {k: v for k, v in options.items() if k != "strategy"}
     parts = [f"`{strategy}`"] + ([f"judge `{judge}`"] if judge else [])
