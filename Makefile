@@ -63,11 +63,13 @@ bench: setup
 	$(call bench_run,$(BENCH_DIR),$(BENCH_ARMS))
 	$(call bench_run,$(BENCH_PLAN_DIR),$(BENCH_PLAN_ARMS))
 
-# $(call bench_run,DIR,ARMS): resume the run in DIR, or start it.
+# $(call bench_run,DIR,ARMS): resume the run in DIR, or start it. A resume with MODE=latency
+# (or throughput) runs only that mode of the run this time, e.g. latency problems when the
+# time at hand is shorter than a throughput wave.
 define bench_run
 	@if ls $(1)/results_*.json >/dev/null 2>&1; then \
 		echo "resuming the run in $(1)"; \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(1); \
+		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(1)$(if $(MODE), --mode $(MODE)); \
 	else \
 		$(RUN_FAST) $(VENV)/bin/stepspec bench $(BENCH_COMMON) $(2) --output-dir $(1); \
 	fi

@@ -74,11 +74,12 @@ class StopAfter:
 TIMING = {"seconds", "model_seconds", "draft_seconds", "judge_seconds", "target_seconds", "seconds_p50",
           "seconds_p90", "seconds_total", "output_tokens_per_second", "speedup", "orchestration_share", "run", "overhead",
           "versions", "git_hash", "judge_seconds_per_drafted_step", "judge_seconds_vs_score", "wall_seconds",
-          "problems_per_minute"}
+          "problems_per_minute", "session"}
 
 
 def untimed(obj):
-    """A result or sample with the wall-clock fields (which differ from run to run) left out."""
+    """A result or sample with the wall-clock fields (which differ from run to run) and the
+    session that solved it left out."""
     if isinstance(obj, dict):
         return {k: untimed(v) for k, v in obj.items() if k not in TIMING}
     if isinstance(obj, list):
@@ -456,6 +457,47 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     report = (run / "report.md").read_text()
     assert f"{tp['sr-strict']['throughput']['speedup']:.2f}× (2 of 3 waves)" in report
     assert "in waves of 2" in report
+
+
+def test_a_resume_can_run_one_of_the_runs_modes_and_latency_pairs_within_a_session(tmp_path):
+    """Throughput waves outlast the time at hand: the run resumes with modes=("latency",),
+    which solves the latency problems and leaves the throughput waves as they were (the run
+    is incomplete); a plain resume then finishes them. A latency speedup pairs only the
+    problems one session solved in both arms."""
+    data = write_problems(tmp_path / "add.jsonl", 4)
+    run = tmp_path / "run"
+    spec = arm_spec(data, modes=("throughput", "latency"), throughput_wave=2)
+    with pytest.raises(asyncio.CancelledError):  # stopped in wave 2 of throughput, before any latency solve
+        asyncio.run(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(8)))
+    throughput_files = {arm: (run / f"samples_add_{arm}_throughput.jsonl").read_text() for arm in ARMS}
+    with pytest.raises(BenchError, match=r"modes throughput are not among the run's \(latency\)"):
+        asyncio.run(run_bench(arm_spec(data), tmp_path / "other", engines=engines(), modes=("throughput",)))
+
+    part = asyncio.run(run_bench(spec, run, resume=True, engines=slow_engines(), modes=("latency",)))
+    assert part["status"] == "incomplete" and part["run"]["sessions"][1]["modes"] == ["latency"]
+    for arm in ARMS:
+        rows = read_samples(run / f"samples_add_{arm}.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3] and {r["session"] for r in rows} == {1}
+        assert (run / f"samples_add_{arm}_throughput.jsonl").read_text() == throughput_files[arm]  # untouched
+    assert part["run"]["throughput"]["sr-strict"]["waves"][1]["status"] == "interrupted"
+    assert part["results"]["sr-strict"]["speedup"]["num_problems"] == 4
+    with pytest.raises(BenchError, match=r"latency mode is done; resume it without a mode to run the rest "
+                                         r"\(throughput\)"):
+        asyncio.run(run_bench(spec, run, resume=True, engines=engines(), modes=("latency",)))
+
+    done = asyncio.run(run_bench(spec, run, resume=True, engines=slow_engines()))
+    assert done["status"] == "complete" and done["run"]["sessions"][-1]["modes"] == ["throughput", "latency"]
+    for arm in ARMS:
+        rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3]
+        assert all(r["session"] == w["session"] for w in done["run"]["throughput"][arm]["waves"]
+                   for r in rows if r["doc_id"] in w["problems"])
+
+    # a problem whose two solves straddle sessions counts for accuracy, not for speed
+    latency = {arm: read_samples(run / f"samples_add_{arm}.jsonl") for arm in ARMS}
+    latency["sr-strict"][0]["session"] = 2
+    moved = summarize(latency, ["exact"], "target-only")["sr-strict"]
+    assert moved["speedup"]["num_problems"] == 3 and moved["paired"]["num_problems"] == 4
 
 
 def test_both_modes_with_a_latency_subset(tmp_path):

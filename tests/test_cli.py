@@ -228,6 +228,31 @@ def test_make_bench_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
                     "la-lik": ("lookahead", "likelihood")}
 
 
+def test_bench_resume_takes_mode_and_refuses_flags_that_would_change_the_run(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import workflows.eval.bench as bench
+    from workflows.cli.app import app
+
+    handed = []
+
+    async def no_run(spec, run_dir, **kwargs):
+        handed.append(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", no_run)
+    for extra, modes in (([], None), (["--mode", "latency"], ("latency",)), (["--mode", "both"],
+                                                                          ("throughput", "latency"))):
+        r = CliRunner().invoke(app, ["bench", "--resume", str(tmp_path / "run"), *extra, "--no-progress"])
+        assert r.exit_code == 130, r.output
+        assert handed[-1]["resume"] and handed[-1]["modes"] == modes
+    # the saved config is the run's: --limit or --opt on a resume is an error, not ignored
+    r = stepspec("bench", "--resume", str(tmp_path / "run"), "--limit", "5", "--opt", "tree.k=2", "--no-progress")
+    message = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "--limit, --opt would change it" in message, r.stderr
+    assert "start a new run in another --output-dir" in message
+
+
 def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path):
     # `make bench` resumes any directory holding a run: a failed start must not leave one
     r = stepspec("bench", "--target", "/nonexistent-model", "--spec", "none", "--limit", "2", "--mode", "both",

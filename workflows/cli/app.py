@@ -520,6 +520,15 @@ def _print_results(results: dict, run_dir: str) -> None:
             out.add_row(*row)
         shown.print(out)
     console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
+    if results["status"] == "incomplete":  # this session ran some of the run's modes
+        console.print(f"the run's other mode waits: `stepspec bench --resume {run_dir}`", highlight=False)
+
+
+def _on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave this parameter (not its default). Typer bundles its own click,
+    whose ParameterSource enum it does not export: its member's name is compared."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 @bench_app.callback(invoke_without_command=True)
@@ -567,7 +576,8 @@ def bench(
     max_num_seqs: int = _opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
                              "problems (in-process engines; a server batches as it was started)."),
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
-    resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used)."),
+    resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used; "
+                                         "--mode runs only that of its modes in this session)."),
     progress: bool = typer.Option(True, help="Show the live progress bar."),
     verbose: int = VERBOSE,
 ) -> None:
@@ -583,8 +593,18 @@ def bench(
     from workflows.eval.bench import run_bench
 
     _setup_logging(verbose)
+    session_modes = None
     if resume:
+        # the run's saved config is used: a flag that would change it is an error, not ignored
+        given = [p.opts[0] for p in ctx.command.params if p.name not in ("resume", "mode", "progress", "verbose")
+                 and _on_command_line(ctx, p.name)]
+        if given:
+            raise ValueError(f"--resume {resume} runs with the run's saved config; {', '.join(given)} would change "
+                             "it: drop them, or start a new run in another --output-dir (--mode may pick which of "
+                             "the run's modes this session runs)")
         run_dir, spec = resume, BenchSpec()  # the run's saved config replaces this
+        if _on_command_line(ctx, "mode"):
+            session_modes = _bench_modes(mode)
     else:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
         flags = _fields(BenchSpec, locals())
@@ -602,7 +622,8 @@ def bench(
     try:
         with bar:
             # the results file is marked "interrupted" before the engines stop
-            results = _run_cancellable(lambda: run_bench(spec, run_dir, resume=bool(resume), progress=live))
+            results = _run_cancellable(lambda: run_bench(spec, run_dir, resume=bool(resume), progress=live,
+                                                                  modes=session_modes))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
                           f"`stepspec bench --resume {run_dir}`", highlight=False)

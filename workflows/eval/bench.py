@@ -43,7 +43,10 @@ A run directory holds (lm-evaluation-harness style)::
 ``resume=True`` continues a run from its samples files: every (problem, arm)
 of latency mode already there is skipped, every throughput arm with all its
 problems saved is skipped. Ctrl-C leaves the files valid and the run
-resumable; the results file then says ``"status": "interrupted"``.
+resumable; the results file then says ``"status": "interrupted"``. A resume
+may run only some of the run's modes (``modes``); the run is then
+``"incomplete"`` until a resume runs the rest. Each sample names the session
+that solved it, and per-problem speedups pair solves of one session.
 """
 
 from __future__ import annotations
@@ -259,8 +262,9 @@ def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> dict[str, Any]:
 
 
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
-                  mode: str = "latency") -> dict[str, Any]:
-    """One problem solved by one arm (``strategy``: its label), as its samples line holds it."""
+                  mode: str = "latency", session: int = 0) -> dict[str, Any]:
+    """One problem solved by one arm (``strategy``: its label), as its samples line holds it;
+    ``session``: the run's session that solved it (its index in the results file's sessions)."""
     response = trace.text
     grades = grader.grade(response, problem.reference)
     primary = grader.metrics[0]
@@ -269,6 +273,7 @@ def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, 
         "strategy": strategy,
         "mode": mode,
         "position": position,  # latency: order among the arms on this problem; throughput: the arm's turn
+        "session": session,  # seconds compare within one session (a resumed run may see another machine)
         "question": problem.question,
         "reference": problem.reference,
         "gold": grader.gold(problem.reference),
@@ -287,11 +292,15 @@ def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, 
 
 async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool = False,
                     engines: tuple[Engine, Engine | None] | None = None,
-                    progress: BenchProgress | None = None) -> dict[str, Any]:
+                    progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None) -> dict[str, Any]:
     """Run (or resume) a benchmark into ``run_dir``; returns the results file's content.
 
     ``engines``: (target, draft) to use instead of building vLLM engines from the
     spec (tests pass scripted engines). ``progress`` hears of each record as it is saved.
+    ``modes``: run only these of the run's modes in this session (default: all of them);
+    the others wait for a later resume, and the run is saved as ``incomplete``. Example:
+    a run of both modes whose throughput waves outlast the time at hand resumes with
+    ``modes=("latency",)`` to spend it on latency problems, each timed on its own.
     """
     run_dir = Path(run_dir)
     if resume:
@@ -311,6 +320,10 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
 
     # Everything that can be wrong with the spec fails here, before a model is prepared.
     checked = spec.check()
+    session_modes = spec.modes if modes is None else modes
+    if not set(session_modes) <= set(spec.modes) or not session_modes:
+        raise BenchError(f"{run_dir}: this session's modes {', '.join(session_modes) or '(none)'} are not among "
+                         f"the run's ({', '.join(spec.modes)}); name one of those, or none for all")
     dataset = load_dataset(spec.dataset, spec.data_dir, source=spec.source, question_field=spec.question_field,
                            answer_field=spec.answer_field, grader=spec.grader, skip_bad_lines=spec.skip_bad_lines)
     problems = select(dataset.problems, offset=spec.offset, limit=spec.limit, sample=spec.sample, seed=spec.seed)
@@ -350,7 +363,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     # Time accounting of this session: the latency loop's wall time, and within it the
     # solves, their model calls and the prefix-cache resets (engine calls too); the
     # throughput arms' wall time.
-    session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "startup_seconds": None,
+    session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "modes": list(session_modes),
+               "startup_seconds": None,
                "seconds": None, "num_solved": 0, "loop_seconds": 0.0, "solve_seconds": 0.0, "model_seconds": 0.0,
                "reset_seconds": 0.0, "throughput_seconds": 0.0, "versions": versions(), "git_hash": git_hash(),
                "hardware": hardware()}
@@ -381,13 +395,18 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         atomic_write_json(files.results, results)  # never a half-written results file
         return results
 
-    latency_todo = [(p, s) for p in latency_problems for s in latency_arms if p.index not in done[s]]
-    throughput_todo = [s for s in throughput_arms if not complete_arm(s)]
-    if not latency_todo and not throughput_todo:
+    todo = {"latency": [(p, s) for p in latency_problems for s in latency_arms if p.index not in done[s]],
+            "throughput": [s for s in throughput_arms if not complete_arm(s)]}
+    if not any(todo.values()):
         run_dir.mkdir(parents=True, exist_ok=True)
         results = save("complete")
         write_report(run_dir)
         return results
+    if not any(todo[m] for m in session_modes):
+        raise BenchError(f"{run_dir}: the run's {' and '.join(session_modes)} mode is done; resume it without a "
+                         f"mode to run the rest ({', '.join(m for m in spec.modes if todo[m])})")
+    # this session's work; the other modes' wait for a later resume
+    latency_todo, throughput_todo = (todo[m] if m in session_modes else [] for m in ("latency", "throughput"))
 
     # Throughput mode serves a wave's problems at once: each in-process engine must batch that
     # many sequences (a server batches as it was started).
@@ -453,7 +472,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                     trace = (await latency_reasoners[arm].asolve(problem.question)).trace
                 except ReasoningError as e:  # an engine failed mid-trace: the partial trace is the sample
                     trace = e.trace
-                record = sample_record(problem, arm, position, trace, grader, mode="latency")
+                record = sample_record(problem, arm, position, trace, grader, mode="latency",
+                                       session=len(run_info["sessions"]) - 1)
                 append(record, "latency")
                 done[arm][problem.index] = record
                 session["num_solved"] += 1
@@ -498,7 +518,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 trace = (await reasoner.asolve(problem.question)).trace
             except ReasoningError as e:
                 trace = e.trace
-            sample = sample_record(problem, arm, position, trace, grader, mode="throughput")
+            sample = sample_record(problem, arm, position, trace, grader, mode="throughput",
+                                   session=record["session"])
             append(sample, "throughput")
             done_tp[arm][problem.index] = sample
             record["num_solved"] += 1
@@ -559,7 +580,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 await run_latency()
             elif mode == "throughput" and throughput_todo:
                 await run_throughput()
-        status = "complete"
+        left = [m for m in spec.modes if m not in session_modes and todo[m]]
+        status = "incomplete" if left else "complete"
     except BaseException as e:
         status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
         session["error"] = ("cancelled (Ctrl-C or SIGTERM)" if isinstance(e, asyncio.CancelledError)

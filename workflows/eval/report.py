@@ -8,7 +8,10 @@ and each mode, latency and throughput, is summarized on its own):
 * wall time p50/p90: seconds per problem, measured around each solve.
 * output tokens/s: tokens of the final traces over the seconds spent on them.
 * speedup over the baseline: per problem, baseline seconds / strategy seconds;
-  the median and the geometric mean of those ratios. The baseline is
+  the median and the geometric mean of those ratios, over the problems one
+  session of the run solved in both arms (a resumed run may see another
+  machine: a problem whose two solves straddle sessions counts for accuracy,
+  not speed). The baseline is
   ``target-only``, except for a search strategy whose target-only twin ran
   too (``PAIRED_BASELINES``: ``tree`` over ``tree-target``, ``best-of-n`` over
   ``best-of-n-target``: the same search, the target doing all of it), under
@@ -84,6 +87,12 @@ def _stat_total(stats: list[dict], key: str) -> int | None:
     return sum(s[key] for s in stats) if stats and all(key in s for s in stats) else None
 
 
+def same_session(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two sample records' seconds compare: one session solved both (records from
+    before samples named their session pair only with each other, as they always did)."""
+    return a.get("session") == b.get("session")
+
+
 def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[str],
               baseline: str | None = "target-only", *, judges: dict[str, str | None] | None = None,
               twins: dict[str, str] | None = None, fallback: dict[str, list[dict]] | None = None,
@@ -113,7 +122,7 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
         num_tokens = sum(s["num_tokens"] for s in stats)
         m["output_tokens_per_second"] = _ratio(num_tokens, sum(seconds))
         ratios = [base[r["doc_id"]]["seconds"] / r["seconds"] for r in rows
-                  if r["doc_id"] in base and r["seconds"] > 0]
+                  if r["doc_id"] in base and r["seconds"] > 0 and same_session(r, base[r["doc_id"]])]
         m["speedup"] = {"median": statistics.median(ratios) if ratios else None,
                         "geomean": math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
                         "num_problems": len(ratios), "over": over if ratios else None}
