@@ -121,6 +121,7 @@ def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     # the run is finished: resuming it solves nothing and changes no metric
     again = asyncio.run(run_bench(spec_for(data), run, resume=True, engines=engines()))
     assert untimed(again["results"]) == untimed(results["results"])
+    assert len(again["run"]["sessions"]) == 1  # no session added: it had nothing to run
 
 
 def test_resume_after_ctrl_c_gives_the_same_results_as_an_uninterrupted_run(tmp_path):

@@ -368,7 +368,6 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                "seconds": None, "num_solved": 0, "loop_seconds": 0.0, "solve_seconds": 0.0, "model_seconds": 0.0,
                "reset_seconds": 0.0, "throughput_seconds": 0.0, "versions": versions(), "git_hash": git_hash(),
                "hardware": hardware()}
-    run_info["sessions"].append(session)
 
     def recorded_wave(arm: str, w: int) -> dict[str, Any]:
         """What the results file says of an arm's wave (older files: the arm is its one wave)."""
@@ -407,6 +406,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                          f"mode to run the rest ({', '.join(m for m in spec.modes if todo[m])})")
     # this session's work; the other modes' wait for a later resume
     latency_todo, throughput_todo = (todo[m] if m in session_modes else [] for m in ("latency", "throughput"))
+    run_info["sessions"].append(session)  # a session that has work (a finished run's resume adds none)
 
     # Throughput mode serves a wave's problems at once: each in-process engine must batch that
     # many sequences (a server batches as it was started).
