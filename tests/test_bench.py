@@ -482,6 +482,7 @@ def test_a_resume_can_run_one_of_the_runs_modes_and_latency_pairs_within_a_sessi
         assert (run / f"samples_add_{arm}_throughput.jsonl").read_text() == throughput_files[arm]  # untouched
     assert part["run"]["throughput"]["sr-strict"]["waves"][1]["status"] == "interrupted"
     assert part["results"]["sr-strict"]["speedup"]["num_problems"] == 4
+    assert "; latency only)" in (run / "report.md").read_text()  # the session that ran one mode
     with pytest.raises(BenchError, match=r"latency mode is done; resume it without a mode to run the rest "
                                          r"\(throughput\)"):
         asyncio.run(run_bench(spec, run, resume=True, engines=engines(), modes=("latency",)))

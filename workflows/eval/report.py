@@ -537,7 +537,7 @@ def write_report(run_dir: str | Path) -> Path:
         lines += [f"**Latency mode**: {num_latency} problems, one at a time; all "
                   f"{'arms' if 'throughput' in modes else 'strategies'} ran in one process on the same engines and "
                   "hardware, interleaved problem by problem (rotating order), prefix caches reset before every "
-                  "solve. Times are wall clock, measured.", ""]
+                  "solve; a problem's speedup pairs its solves of one session. Times are wall clock, measured.", ""]
     comparison = comparison_table(results)
     if comparison[1]:
         lines += ["## Comparison", "", markdown_table(*comparison), "",
@@ -569,8 +569,9 @@ def write_report(run_dir: str | Path) -> Path:
         "",
         "Sessions (a resumed run has several): "
         + "; ".join(f"{s['started']}: {s['num_solved']} solves in "
-                    f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')})"
-                    for s in sessions) + ".",
+                    f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')}"
+                    + (f"; {' and '.join(s['modes'])} only" if sorted(s.get("modes", modes)) != sorted(modes) else "")
+                    + ")" for s in sessions) + ".",
         "",
     ]
     if any(latency.values()):
