@@ -262,7 +262,7 @@ def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> dict[str, Any]:
 
 
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
-                  mode: str = "latency", session: int = 0) -> dict[str, Any]:
+                  mode: str = "latency", *, session: int) -> dict[str, Any]:
     """One problem solved by one arm (``strategy``: its label), as its samples line holds it;
     ``session``: the run's session that solved it (its index in the results file's sessions)."""
     response = trace.text
@@ -407,6 +407,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     # this session's work; the other modes' wait for a later resume
     latency_todo, throughput_todo = (todo[m] if m in session_modes else [] for m in ("latency", "throughput"))
     run_info["sessions"].append(session)  # a session that has work (a finished run's resume adds none)
+    session_index = len(run_info["sessions"]) - 1  # what samples and waves name this session by
 
     # Throughput mode serves a wave's problems at once: each in-process engine must batch that
     # many sequences (a server batches as it was started).
@@ -473,7 +474,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
                 except ReasoningError as e:  # an engine failed mid-trace: the partial trace is the sample
                     trace = e.trace
                 record = sample_record(problem, arm, position, trace, grader, mode="latency",
-                                       session=len(run_info["sessions"]) - 1)
+                                       session=session_index)
                 append(record, "latency")
                 done[arm][problem.index] = record
                 session["num_solved"] += 1
@@ -507,7 +508,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
         record = {"problems": sorted(ids), "status": "running", "num_solved": 0, "wall_seconds": None,
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "session": len(run_info["sessions"]) - 1}  # wall times compare within one session
+                  "session": session_index}  # wall times compare within one session
         entry["waves"].append(record)
         entry["status"] = "running"
         save("running")
@@ -519,7 +520,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
             except ReasoningError as e:
                 trace = e.trace
             sample = sample_record(problem, arm, position, trace, grader, mode="throughput",
-                                   session=record["session"])
+                                   session=session_index)
             append(sample, "throughput")
             done_tp[arm][problem.index] = sample
             record["num_solved"] += 1
