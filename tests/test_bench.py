@@ -12,7 +12,7 @@ import pytest
 
 from fake_engine import ScriptedEngine
 from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.eval.report import PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize
+from workflows.eval.report import PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize, wave_table
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -421,12 +421,18 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     # stopped at the 9th sample, inside sr-lax's wave 2
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(9)))
-    cut = json.loads(next(run.glob("results_*.json")).read_text())["run"]["throughput"]
+    cut_results = json.loads(next(run.glob("results_*.json")).read_text())
+    cut = cut_results["run"]["throughput"]
     assert [w["status"] for w in cut["target-only"]["waves"]] == ["complete"]
     assert [w["status"] for w in cut["sr-strict"]["waves"]] == ["complete", "complete"]
     assert [w["status"] for w in cut["sr-lax"]["waves"]] == ["complete", "interrupted"]
     assert [w["problems"] for w in cut["sr-strict"]["waves"]] == [[0, 1], [2, 3]]
     strict = (run / "samples_add_sr-strict_throughput.jsonl").read_text()
+    header, rows = wave_table(cut_results, {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+                                            for arm in ARMS})
+    col = {name: i for i, name in enumerate(header)}
+    assert [row[col["sr-lax wall s (session)"]] for row in rows][1:] == ["interrupted", "not run"]
+    assert [row[col["target-only wall s (session)"]] for row in rows][1:] == ["not run", "not run"]
 
     target, draft = slow_engines()
     with caplog.at_level("WARNING", logger="workflows.eval"):
@@ -458,6 +464,18 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     report = (run / "report.md").read_text()
     assert f"{tp['sr-strict']['throughput']['speedup']:.2f}× (2 of 3 waves)" in report
     assert "in waves of 2" in report
+    # the report's wave table: one row per wave, the draft wrong on odd problems (sr-lax loses one of each wave's
+    # two), the speedup only where one session timed both arms
+    header, rows = wave_table(done, {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl") for arm in ARMS})
+    col = {name: i for i, name in enumerate(header)}
+    assert [row[:2] for row in rows] == [["1", "#0-1"], ["2", "#2-3"], ["3", "#4-5"]]
+    assert [row[col["sr-lax right"]] for row in rows] == ["1/2"] * 3
+    assert [row[col["sr-lax vs target-only: lost / gained"]] for row in rows] == ["1 / 0"] * 3
+    assert [row[col["sr-strict vs target-only: lost / gained"]] for row in rows] == ["0 / 0"] * 3
+    assert [row[col["sr-strict wall s (session)"]][-3:] for row in rows] == ["(1)", "(1)", "(2)"]
+    assert [row[col["sr-strict vs target-only: speedup"]] for row in rows] == [
+        f"{base[0] / strict_walls[0]:.2f}×", "sessions differ", f"{base[2] / strict_walls[2]:.2f}×"]
+    assert "## Throughput waves" in report and "| 2 | #2-3 |" in report
 
 
 def test_a_resume_can_run_one_of_the_runs_modes_and_latency_pairs_within_a_session(tmp_path):

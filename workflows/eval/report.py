@@ -107,7 +107,7 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
     primary = metrics[0]
     twins = PAIRED_BASELINES if twins is None else twins
     for strategy, rows in records.items():
-        over = twins.get(strategy) if twins.get(strategy) in records else baseline
+        over = compared_with(strategy, twins, records, baseline)
         base = {r["doc_id"]: r for r in records.get(over, [])} if over else {}
         n = len(rows)
         m: dict[str, Any] = {"num_problems": n, "num_errors": sum(1 for r in rows if r["error"])}
@@ -211,6 +211,24 @@ def arm_judges(results: dict[str, Any], records: dict[str, list[dict]]) -> dict[
     return out
 
 
+def compared_with(arm: str, twins: dict[str, str], arms, baseline: str | None) -> str | None:
+    """The arm an arm is compared with: its target-only twin when ``arms`` has it, else the baseline."""
+    return twins[arm] if twins.get(arm) in arms else baseline
+
+
+def arm_waves(results: dict[str, Any], arm: str | None) -> list[dict[str, Any]]:
+    """An arm's throughput waves as timed, in the run's wave order (older files: the arm as one
+    wave, its session the last one started before it when the file does not say)."""
+    run = (results["run"].get("throughput") or {}).get(arm) or {}
+    if "waves" in run:
+        return run["waves"]
+    if not run:
+        return []
+    sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
+    session = run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
+    return [{**run, "session": session}]
+
+
 def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
                   throughput: dict[str, list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
     """Both modes' summaries of a run (``results``: its results file; the records of each
@@ -222,30 +240,17 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
     tp = summarize(throughput, metrics, baseline, judges=judges, twins=twins, fallback=latency,
                    fallback_name="latency")
     runs = results["run"].get("throughput") or {}
-    sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
     wave, num_problems = results["config"].get("throughput_wave"), len(results["run"]["problem_ids"])
     num_waves = -(-num_problems // wave) if wave else 1
-
-    def waves(arm: str | None) -> list[dict[str, Any]]:
-        """An arm's throughput waves as timed (older files: the arm as one wave, its session the
-        last one started before it when the file does not say)."""
-        run = runs.get(arm) or {}
-        if "waves" in run:
-            return run["waves"]
-        if not run:
-            return []
-        session = run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
-        return [{**run, "session": session}]
-
     for arm, m in tp.items():
         run = runs.get(arm) or {}
-        over = twins.get(arm) if twins.get(arm) in tp else baseline
+        over = compared_with(arm, twins, tp, baseline)
         mine = run.get("wall_seconds") if run.get("status") == "complete" else None
         # Wall times are compared wave by wave, only where one session timed both arms: a
         # resumed run's sessions may share the machine with other work (measured here: the
         # same 100 target-only solves, the same texts, took 1564 s in one session and 772 s
         # in another).
-        timed = [(a, b) for a, b in zip(waves(arm), waves(over) if over in tp else [])
+        timed = [(a, b) for a, b in zip(arm_waves(results, arm), arm_waves(results, over) if over in tp else [])
                  if a.get("status") == b.get("status") == "complete"]
         paired = [(a["wall_seconds"], b["wall_seconds"]) for a, b in timed if a["session"] == b["session"]]
         mine_paired, base_paired = sum(a for a, _ in paired), sum(b for _, b in paired)
@@ -415,6 +420,45 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
     return header, rows
 
 
+def wave_table(results: dict[str, Any], throughput: dict[str, list[dict]]) -> tuple[list[str], list[list[str]]]:
+    """One row per throughput wave: each arm's right answers and wall time, with the session that
+    timed it (numbered as the report lists them), then each arm against the arm it is compared with
+    on that wave's problems: lost / gained, and the speedup where one session timed both. Example: a
+    wave that ``tree`` solved 6/10 in 3567 s and ``tree-target`` 7/10 in 4512 s, both in session 7,
+    reads ``6/10``, ``3567 (7)``, ``7/10``, ``4512 (7)``, ``2 / 1``, ``1.26×``."""
+    primary, ids = results["run"]["metrics"][0], results["run"]["problem_ids"]
+    wave = results["config"]["throughput_wave"]
+    arms = [arm for arm in results["config"]["strategies"] if arm in throughput]
+    twins = arm_twins(results)
+    compared = {arm: over for arm in arms if (over := compared_with(arm, twins, arms, results.get("baseline")))
+                not in (None, arm)}
+    waves = {arm: arm_waves(results, arm) for arm in arms}
+    header = ["wave", "problems", *[f"{arm} {col}" for arm in arms for col in ("right", "wall s (session)")],
+              *[f"{arm} vs {over}: {col}" for arm, over in compared.items() for col in ("lost / gained", "speedup")]]
+    rows = []
+    for i, start in enumerate(range(0, len(ids), wave)):
+        docs = ids[start:start + wave]
+        correct = {arm: {r["doc_id"]: bool(r["correct"][primary]) for r in throughput[arm] if r["doc_id"] in docs}
+                   for arm in arms}
+        timed = {arm: waves[arm][i] if i < len(waves[arm]) else {"status": "not run"} for arm in arms}
+        contiguous = docs == list(range(docs[0], docs[-1] + 1))
+        row = [str(i + 1), f"#{docs[0]}-{docs[-1]}" if contiguous else f"{len(docs)} sampled"]
+        for arm in arms:
+            w = timed[arm]
+            row += [f"{sum(correct[arm].values())}/{len(correct[arm])}" if correct[arm] else "-",
+                    f"{w['wall_seconds']:.0f} ({w['session'] + 1})" if w["status"] == "complete" else w["status"]]
+        for arm, over in compared.items():
+            both = sorted(set(correct[arm]) & set(correct[over]))
+            lost = sum(correct[over][d] and not correct[arm][d] for d in both)
+            gained = sum(correct[arm][d] and not correct[over][d] for d in both)
+            mine, base = timed[arm], timed[over]
+            speed = ("-" if not mine["status"] == base["status"] == "complete" else "sessions differ"
+                     if mine["session"] != base["session"] else f"{base['wall_seconds'] / mine['wall_seconds']:.2f}×")
+            row += [f"{lost} / {gained}" if both else "-", speed]
+        rows.append(row)
+    return header, rows
+
+
 def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[dict]],
                 throughput: dict[str, list[dict]], metrics: list[str]) -> list[str]:
     import matplotlib
@@ -548,6 +592,11 @@ def write_report(run_dir: str | Path) -> Path:
                   "judge's arm.", ""]
         judges = arm_judges(results, {**throughput, **latency})
         lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config["strategies"]], ""]
+    if len(run["problem_ids"]) > (config.get("throughput_wave") or math.inf) and any(throughput.values()):
+        lines += ["## Throughput waves", "", markdown_table(*wave_table(results, throughput)), "",
+                  ("Wall s (session): the wave's wall time and the session that timed it (listed below). Lost / "
+                   "gained: on the wave's problems, against the arm compared with; speedup: its wall time / the "
+                   "arm's, only where one session timed both."), ""]
     if any(latency.values()):
         header, rows = table(results["results"], metrics)
         lines += ["## Latency mode" if "throughput" in modes else "## Per strategy", "", markdown_table(header, rows),
@@ -568,10 +617,10 @@ def write_report(run_dir: str | Path) -> Path:
         + f". Git: `{results.get('git_hash')}`.",
         "",
         "Sessions (a resumed run has several): "
-        + "; ".join(f"{s['started']}: {s['num_solved']} solves in "
+        + "; ".join(f"({i}) {s['started']}: {s['num_solved']} solves in "
                     f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')}"
                     + (f"; {' and '.join(s['modes'])} only" if sorted(s.get("modes", modes)) != sorted(modes) else "")
-                    + ")" for s in sessions) + ".",
+                    + ")" for i, s in enumerate(sessions, 1)) + ".",
         "",
     ]
     if any(latency.values()):
