@@ -438,23 +438,21 @@ def wave_table(results: dict[str, Any], throughput: dict[str, list[dict]]) -> tu
     rows = []
     for i, start in enumerate(range(0, len(ids), wave)):
         docs = ids[start:start + wave]
-        correct = {arm: {r["doc_id"]: bool(r["correct"][primary]) for r in throughput[arm] if r["doc_id"] in docs}
-                   for arm in arms}
+        solved = {arm: [r for r in throughput[arm] if r["doc_id"] in docs] for arm in arms}
         timed = {arm: waves[arm][i] if i < len(waves[arm]) else {"status": "not run"} for arm in arms}
         contiguous = docs == list(range(docs[0], docs[-1] + 1))
         row = [str(i + 1), f"#{docs[0]}-{docs[-1]}" if contiguous else f"{len(docs)} sampled"]
         for arm in arms:
             w = timed[arm]
-            row += [f"{sum(correct[arm].values())}/{len(correct[arm])}" if correct[arm] else "-",
+            right = sum(bool(r["correct"][primary]) for r in solved[arm])
+            row += [f"{right}/{len(solved[arm])}" if solved[arm] else "-",
                     f"{w['wall_seconds']:.0f} ({w['session'] + 1})" if w["status"] == "complete" else w["status"]]
         for arm, over in compared.items():
-            both = sorted(set(correct[arm]) & set(correct[over]))
-            lost = sum(correct[over][d] and not correct[arm][d] for d in both)
-            gained = sum(correct[arm][d] and not correct[over][d] for d in both)
+            paired = paired_counts(solved[arm], solved[over], primary)
             mine, base = timed[arm], timed[over]
             speed = ("-" if not mine["status"] == base["status"] == "complete" else "sessions differ"
                      if mine["session"] != base["session"] else f"{base['wall_seconds'] / mine['wall_seconds']:.2f}×")
-            row += [f"{lost} / {gained}" if both else "-", speed]
+            row += [f"{paired['lost']} / {paired['gained']}" if paired["num_problems"] else "-", speed]
         rows.append(row)
     return header, rows
 
