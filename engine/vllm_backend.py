@@ -102,6 +102,9 @@ class VLLMEngine:
       1.5B: start 48 s instead of 140 s for a 4% slower decode) and torch.compile
       with CUDA graphs on a GPU.
     * ``engine_args``: any other vLLM engine argument, passed through.
+    * ``llm``: an ``AsyncLLM`` made elsewhere (or a stand-in with its surface: ``generate``,
+      ``abort``, ``shutdown``, optionally ``get_tokenizer``); ``start`` then builds none and
+      ``close`` shuts it down. The model options above describe it but do not configure it.
     """
 
     backend = "vllm"
@@ -121,6 +124,7 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         seed: int = 0,
         engine_args: Mapping[str, Any] | None = None,
+        llm: Any = None,
     ) -> None:
         self.model = model
         self.name = name or os.path.basename(model.rstrip("/")) or model
@@ -134,8 +138,8 @@ class VLLMEngine:
         self.enforce_eager = enforce_eager
         self.seed = seed
         self.engine_args = dict(engine_args or {})
-        self._llm = None
-        self._tokenizer = None
+        self._llm = llm
+        self._tokenizer = llm.get_tokenizer() if hasattr(llm, "get_tokenizer") else None
         self._start_lock: asyncio.Lock | None = None
         self._ids = itertools.count()
         self._stats = EngineStats()

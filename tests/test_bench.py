@@ -12,7 +12,8 @@ import pytest
 
 from fake_engine import ScriptedEngine
 from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.eval.report import PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize, wave_table
+from workflows.eval.report import (PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize, summarize_run,
+                                   table, wave_table)
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -570,6 +571,21 @@ def test_paired_counts_and_judge_time_on_hand_made_records():
     # a baseline that ran only in the other mode still pairs
     alone = summarize({"lik": arm}, ["exact"], fallback={"target-only": base}, fallback_name="throughput")
     assert alone["lik"]["paired"]["over"] == "target-only (throughput)" and alone["lik"]["paired"]["lost"] == 1
+
+
+def test_latency_rows_count_the_problems_every_arm_solved_and_name_the_rest():
+    """A run stopped between a problem's solves: ``tree`` has #2 (wrong) and ``tree-target`` not
+    yet. Both rows count #0-#1 (accuracy, p50 side by side); ``tree``'s #2 is named as unpaired."""
+    results = {"config": {"strategies": ["tree", "tree-target"], "strategy_options": {}, "throughput_wave": None},
+               "run": {"metrics": ["exact"], "problem_ids": [0, 1, 2]}, "baseline": None}
+    latency = {"tree": [_record(0, True, 1.0), _record(1, True, 3.0), _record(2, False, 100.0)],
+               "tree-target": [_record(0, True, 2.0), _record(1, True, 6.0)]}
+    lat, _ = summarize_run(results, latency, {})
+    assert lat["tree"]["num_problems"] == 2 and lat["tree"]["accuracy"]["exact"] == 1.0
+    assert lat["tree"]["seconds_p50"] == 2.0 and lat["tree"]["left_out"] == [2]
+    assert lat["tree-target"]["left_out"] == [] and lat["tree"]["speedup"]["median"] == 2.0
+    rows = {row[0]: row for row in table(lat, ["exact"])[1]}
+    assert rows["tree"][1] == "2 (+1 unpaired)" and rows["tree-target"][1] == "2"
 
 
 def test_a_search_arm_under_any_label_pairs_with_its_target_twin():

@@ -1,10 +1,14 @@
-"""Cancelling requests of the in-process vLLM backend, on a stand-in for vLLM's AsyncLLM."""
+"""Cancelling requests of the in-process vLLM backend, on a stand-in for vLLM's AsyncLLM
+(vLLM is imported for its SamplingParams; no model loads)."""
 
 import asyncio
 
 import pytest
 
+from engine.types import GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
+
+pytestmark = pytest.mark.vllm
 
 
 class HangingLLM:
@@ -31,9 +35,9 @@ class HangingLLM:
 async def cancel_hanging_request(close_first: bool) -> HangingLLM:
     """Cancels a request that waits on the stand-in; raises what the request raised, unless
     that is the cancellation itself."""
-    engine = VLLMEngine("unused", name="e")
-    llm = engine._llm = HangingLLM()
-    task = asyncio.create_task(engine._run_one([1, 2, 3], None))
+    llm = HangingLLM()
+    engine = VLLMEngine("unused", name="e", llm=llm)
+    task = asyncio.create_task(engine.generate([GenerationRequest([1, 2, 3], SamplingSpec(max_tokens=4))]))
     await llm.started.wait()
     if close_first:  # Ctrl-C in a bench: the engines close while their requests still wait
         await engine.close()

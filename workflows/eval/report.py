@@ -229,14 +229,29 @@ def arm_waves(results: dict[str, Any], arm: str | None) -> list[dict[str, Any]]:
     return [{**run, "session": session}]
 
 
+def shared_problems(records: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], dict[str, list[int]]]:
+    """Latency records cut to the problems every arm with records has solved, and per arm the
+    problems it solved that some other arm has not (yet). Latency interleaves the arms problem by
+    problem, so a stopped run can hold a problem one arm solved and the next did not; its rows count
+    the same problems side by side. Example: ``tree`` solved #0-#2, ``tree-target`` #0-#1: both rows
+    count #0-#1, and ``tree``'s #2 is left out until ``tree-target`` solves it."""
+    solved = [{r["doc_id"] for r in rows} for rows in records.values() if rows]
+    shared = set.intersection(*solved) if solved else set()
+    kept = {arm: [r for r in rows if r["doc_id"] in shared] for arm, rows in records.items()}
+    return kept, {arm: [r["doc_id"] for r in rows if r["doc_id"] not in shared] for arm, rows in records.items()}
+
+
 def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
                   throughput: dict[str, list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
     """Both modes' summaries of a run (``results``: its results file; the records of each
     mode per arm). A throughput arm's summary adds its measured wall time and the speedup."""
     metrics, baseline = results["run"]["metrics"], results.get("baseline")
     judges, twins = arm_judges(results, {**throughput, **latency}), arm_twins(results)
+    latency, left_out = shared_problems(latency)
     lat = summarize(latency, metrics, baseline, judges=judges, twins=twins, fallback=throughput,
                     fallback_name="throughput")
+    for arm, m in lat.items():
+        m["left_out"] = left_out[arm]
     tp = summarize(throughput, metrics, baseline, judges=judges, twins=twins, fallback=latency,
                    fallback_name="latency")
     runs = results["run"].get("throughput") or {}
@@ -281,6 +296,12 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2g}%"
 
 
+def _num_problems(m: dict[str, Any]) -> str:
+    """A row's problem count, with the solves it leaves out (latency: problems not every arm has solved)."""
+    left = m.get("left_out") or []
+    return f"{m['num_problems']} (+{len(left)} unpaired)" if left else str(m["num_problems"])
+
+
 def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the result table (shared by the terminal and report.md)."""
     primary, others = metrics[0], list(metrics[1:])
@@ -292,7 +313,7 @@ def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[st
         acc, se = m["accuracy"][primary], m["accuracy_stderr"][primary]
         target_tokens = m["token_level"].get("target")
         rows.append([
-            strategy, str(m["num_problems"]),
+            strategy, _num_problems(m),
             "-" if acc is None else f"{acc:.1%}" + ("" if se is None else f" ± {se:.1%}"),
             *[_fmt(m["accuracy"][k], ".1%") for k in others],
             _fmt(m["seconds_p50"], ".1f"), _fmt(m["seconds_p90"], ".1f"), _fmt(m["output_tokens_per_second"], ".2f"),
@@ -410,7 +431,7 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
             judge = m.get("judge_seconds_per_drafted_step")
             vs_score = m.get("judge_seconds_vs_score")
             rows.append([
-                arm, mode, str(m["num_problems"]), _accuracy(m, primary), vs, wall, speed,
+                arm, mode, _num_problems(m), _accuracy(m, primary), vs, wall, speed,
                 _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
                 "-" if cut is None or not drafted else f"{cut} ({cut / drafted:.0%})",
                 _fmt(m.get("num_backoff_steps"), "d"),
@@ -549,7 +570,7 @@ def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     results, latency, throughput = recompute(run_dir)
     metrics = results["run"]["metrics"]
-    plots = write_plots(run_dir, results, latency, throughput, metrics)
+    plots = write_plots(run_dir, results, shared_problems(latency)[0], throughput, metrics)
     config, run = results["config"], results["run"]
     modes = run.get("modes") or ["latency"]
     sessions = run["sessions"]
@@ -599,6 +620,11 @@ def write_report(run_dir: str | Path) -> Path:
         header, rows = table(results["results"], metrics)
         lines += ["## Latency mode" if "throughput" in modes else "## Per strategy", "", markdown_table(header, rows),
                   ""]
+    unpaired = {arm: m["left_out"] for arm, m in (results["results"] or {}).items() if m.get("left_out")}
+    if unpaired:
+        lines += ["Latency rows count the problems every arm has solved, side by side; left out until the other "
+                  "arms solve them (+N unpaired): " + "; ".join(f"`{arm}` " + ", ".join(f"#{d}" for d in docs)
+                                                               for arm, docs in unpaired.items()) + ".", ""]
     def model(role: str, speculation: str) -> str:
         if config.get(f"{role}_url"):
             return f"{role} `{config[role]}` served at {config[f'{role}_url']}"
@@ -615,7 +641,7 @@ def write_report(run_dir: str | Path) -> Path:
         + f". Git: `{results.get('git_hash')}`.",
         "",
         "Sessions (a resumed run has several): "
-        + "; ".join(f"({i}) {s['started']}: {s['num_solved']} solves in "
+        + "; ".join(f"({i}) {s['started']}: {s['num_solved']} solve{'' if s['num_solved'] == 1 else 's'} in "
                     f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')}"
                     + (f"; {' and '.join(s['modes'])} only" if sorted(s.get("modes", modes)) != sorted(modes) else "")
                     + ")" for i, s in enumerate(sessions, 1)) + ".",
