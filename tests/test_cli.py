@@ -262,18 +262,12 @@ def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path)
 
 
 def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_their_twins(tmp_path, monkeypatch):
-    runs = _makefile_bench_runs(tmp_path, "bench-tree", TREE_DIR="tree", BEST_OF_N_DIR="bon")
-    assert list(runs) == ["tree", "bon"]
-    tree_run, bon_run = (_bench_config(runs[d], monkeypatch) for d in runs)
-    for config, _, _ in (tree_run, bon_run):
-        assert config["limit"] == 100 and config["latency_limit"] == 30
-        assert config["modes"] == ["throughput", "latency"]
-        assert config["throughput_wave"] == 10  # resumable wave by wave, each wave timed for all arms in one session
-    config, checked, arms = tree_run
-    assert arms == {s: (s, "likelihood") for s in ("tree", "tree-target")}
+    (args,) = _makefile_bench_runs(tmp_path, "bench-tree", TREE_DIR="tree").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
+    assert config["throughput_wave"] == 10  # resumable wave by wave, each wave timed for all arms in one session
+    assert arms == {s: (s, "likelihood") for s in ("tree", "tree-target", "best-of-n", "best-of-n-target")}
     assert all((checked[s].options["k"], checked[s].options["beam"]) == (3, 2) for s in ("tree", "tree-target"))
-    config, checked, arms = bon_run
-    assert arms == {s: (s, "likelihood") for s in ("best-of-n", "best-of-n-target")}
     assert all((checked[s].options["n"], checked[s].options["temperature"]) == (5, 0.7)
                for s in ("best-of-n", "best-of-n-target"))
 
