@@ -257,8 +257,8 @@ class TreeSearch(Policy):
                 grown = tree.grow(b, Child(proposer, step, v, judge_seconds=judge_seconds), depth)
                 if v.accept or proposer is Author.TARGET:
                     children.append(grown)  # a rejected drafted step stays in the picture, not the search
-            if proposer is Author.DRAFT:
-                poor += [(b, sv) for sv in to_mend(list(mine.values()))]
+            if proposer is Author.DRAFT and (sv := to_mend(list(mine.values()))) is not None:
+                poor.append((b, sv))
         return children + (await mend(run, self.tree, self.queue, poor, depth, judge_seconds) if poor else [])
 
     def search(self) -> dict[str, Any]:
@@ -269,17 +269,16 @@ class TreeSearch(Policy):
                             "token_budget": self.token_budget}}
 
 
-def to_mend(proposals: list[tuple[GeneratedStep, Verdict]]) -> list[tuple[GeneratedStep, Verdict]]:
-    """The rejected drafted proposals of one branch that the target mends. Mend rule: none when
+def to_mend(proposals: list[tuple[GeneratedStep, Verdict]]) -> tuple[GeneratedStep, Verdict] | None:
+    """The drafted proposal of one branch that the target mends, if any. Mend rule: none when
     any proposal passed; else the one cut latest (it keeps the most drafted tokens), whether or
     not it ends the trace. (With a whole-step judge the target writes that branch's step whole.)
 
     Example: proposals accepted, cut at token 9, cut at token 30 of 34 ("\\boxed{12}" at "12"):
-    none is mended (a sibling passed); with the first cut at token 4 instead: the third."""
-    rejected = [sv for sv in proposals if not sv[1].accept]
-    if len(rejected) < len(proposals):
-        return []
-    return [max(rejected, key=lambda sv: (sv[1].cut.offset if sv[1].cut else -1, sv[1].plausible or 0.0))]
+    none (a sibling passed); were the first one cut too, at token 4: the third, cut latest."""
+    if any(v.accept for _, v in proposals):
+        return None
+    return max(proposals, key=lambda sv: (sv[1].cut.offset if sv[1].cut else -1, sv[1].plausible or 0.0))
 
 
 def opening_depths(o: TreeTargetOptions) -> int:
