@@ -6,7 +6,7 @@ first; run alone with `pytest -m pair`.
 
 import pytest
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_EMBEDDING, BUNDLED_TARGET, is_prepared, resolve_model
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared, resolve_model
 from engine.speculation import speculative_config
 from engine.types import ContinuationRequest, FinishReason, GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
@@ -102,51 +102,47 @@ def test_lookup_methods_keep_greedy_output_identical(method, pair, reference, ru
     assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
 
 
-def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair, reference, runner):
+def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(reference, tmp_path):
     """The 0.5B drafts tokens for the 1.5B: greedy output identical, high acceptance.
 
     A separate 0.5B draft engine (what step-level strategies use) and the
     embedding model are alive at the same time; all of it must fit the machine.
+    Run in a fresh process (tests/pair_memory_probe.py), as a user's run is: this
+    pytest process holds what the tests before it left behind.
     """
-    import psutil  # installed with vLLM
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    target = target_engine(pair[0], "target+draft", speculative_config("draft", draft_model=pair[1]))
-    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5,
-                       engine_args={"enforce_eager": True})
-    runner.run(draft.start())
-    runner.run(target.start())
-    try:
-        from sentence_transformers import SentenceTransformer
-
-        embedder = SentenceTransformer(resolve_model(BUNDLED_EMBEDDING), device="cpu")
-        assert embedder.encode(["16 - 3 - 4 = 9"]).shape == (1, 384)
-        (t,) = runner.run(target.generate([GenerationRequest(reference["prompt"], SamplingSpec(max_tokens=MAX_TOKENS))]))
-        (d,) = runner.run(draft.generate([GenerationRequest(reference["prompt"], SamplingSpec(max_tokens=8))]))
-        completion, stats = t.completion, target.stats()
-        assert d.completion.num_output_tokens == 8
-        # everything alive at once: this process (runner + embedder) and both engines
-        total_rss = psutil.Process().memory_info().rss + sum(
-            c.memory_info().rss for c in psutil.Process().children(recursive=True)
-        )
-    finally:
-        runner.run(target.close())
-        runner.run(draft.close())
-    assert completion.token_ids == reference["ids"]
-    sd = stats.spec_decoding
-    assert sd.num_spec_tokens == 3 and sd.num_drafts > 0
-    assert sd.acceptance_rate > 0.5, sd  # the 0.5B agrees with the 1.5B on most tokens
-    assert completion.spec_decoding is not None
-    assert completion.spec_decoding.num_accepted_tokens == sd.num_accepted_tokens
-    peak = stats.peak_rss_bytes
-    print(f"\nRSS now/peak: target engine {stats.rss_bytes / GiB:.2f}/{peak / GiB:.2f} GiB, draft engine "
-          f"peak {draft.stats().peak_rss_bytes / GiB:.2f} GiB; everything alive at once {total_rss / GiB:.2f} GiB")
-    # Measured on the 2-core, 24 GiB machine: target engine (1.5B + its 0.5B token
-    # drafter, fp32, 0.5 GiB KV) 14.0 GiB resident, 14.7 GiB at peak while loading;
-    # with the draft engine, the embedder and this process: 20.8 GiB in all. The
-    # GGUF's output projection is stored apart from the embeddings (quantized
-    # differently), so the converted models keep both.
+    out = tmp_path / "probe.json"
+    probe = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("pair_memory_probe.py")), str(out)],
+        input=json.dumps({"prompt": reference["prompt"], "max_tokens": MAX_TOKENS}),
+        capture_output=True, text=True, timeout=1200, check=False,
+    )
+    assert probe.returncode == 0, probe.stderr[-4000:]
+    r = json.loads(out.read_text())
+    assert r["embedding_shape"] == [1, 384]
+    assert r["draft_num_output_tokens"] == 8
+    assert tuple(r["target_token_ids"]) == tuple(reference["ids"])
+    sd = r["target_stats"]["spec_decoding"]
+    assert sd["num_spec_tokens"] == 3 and sd["num_drafts"] > 0
+    assert sd["acceptance_rate"] > 0.5, sd  # the 0.5B agrees with the 1.5B on most tokens
+    assert r["target_spec_decoding"]["num_accepted_tokens"] == sd["num_accepted_tokens"]
+    peak, total = r["target_stats"]["peak_rss_bytes"], r["total_pss_bytes"]
+    print(f"\nRSS now/peak: target engine {r['target_stats']['rss_bytes'] / GiB:.2f}/{peak / GiB:.2f} GiB, draft "
+          f"engine peak {r['draft_stats']['peak_rss_bytes'] / GiB:.2f} GiB; everything alive at once: "
+          f"PSS {total / GiB:.2f} GiB (RSS summed {r['total_rss_bytes'] / GiB:.2f})")
+    # Measured on the 2-core, 24 GiB machine (MemTotal 23.5 GiB): target engine (1.5B +
+    # its 0.5B token drafter, fp32, 0.5 GiB KV) 14.0 GiB resident, 14.6-14.8 at peak
+    # while loading; with the draft engine, the embedder and the probe: PSS 20.1 GiB
+    # (RSS summed 20.7; in the pytest process itself, 20.9). The CI machine ran the engines 0.8 GiB larger (target 14.5,
+    # draft peak 6.7). The GGUF's output projection is stored apart from the
+    # embeddings (quantized differently), so the converted models keep both, and
+    # vLLM's CPU backend keeps the output projection's weight beside its oneDNN copy.
     assert peak < 18 * GiB
-    assert total_rss < 22 * GiB
+    assert total < 22 * GiB  # 1.5 GiB left to the system
 
 
 def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, question, runner):
