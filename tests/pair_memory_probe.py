@@ -1,10 +1,12 @@
 """Everything a step-level strategy with draft-model token speculation holds at once,
 measured in a fresh process, as a user's `stepspec` run has it.
 
-Run by tests/test_pair.py, never imported: ``python tests/pair_memory_probe.py OUT``
-reads ``{"prompt": ..., "max_tokens": ...}`` as JSON on stdin, starts the 0.5B draft
-engine, the 1.5B target engine with the 0.5B drafting its tokens, and the embedder;
-generates once on each engine while all three are alive; writes one JSON object to OUT.
+Run by tests/test_pair.py: ``python tests/pair_memory_probe.py OUT`` reads
+``{"target": path, "draft": path, "prompt": ..., "max_tokens": ...}`` as JSON on stdin,
+starts the 0.5B draft engine, the 1.5B target engine with the 0.5B drafting its tokens,
+and the embedder; generates once on each engine while all three are alive; writes one
+JSON object to OUT. test_pair.py also imports :func:`pair_engine`, the settings every
+pair test runs an engine with.
 
 Memory is the proportional set size (PSS) summed over this process and every process
 under it: a page that n processes share (libtorch, the Python runtime) counts 1/n in
@@ -17,12 +19,7 @@ import asyncio
 import json
 import sys
 
-from engine.models import (
-    BUNDLED_DRAFT,
-    BUNDLED_EMBEDDING,
-    BUNDLED_TARGET,
-    resolve_model,
-)
+from engine.models import BUNDLED_EMBEDDING, resolve_model
 from engine.speculation import speculative_config
 from engine.types import GenerationRequest, SamplingSpec
 from engine.vllm_backend import VLLMEngine
@@ -30,7 +27,16 @@ from engine.vllm_backend import VLLMEngine
 DRAFT_TOKENS = 8
 
 
-def pss_bytes() -> tuple[int, int]:
+def pair_engine(path: str, name: str, spec: dict | None = None, **kw) -> VLLMEngine:
+    # Eager mode: the same kernels with and without speculation, and no
+    # torch.compile warm-up per engine (tens of seconds each on two cores).
+    return VLLMEngine(
+        path, name=name, max_model_len=2048, kv_cache_gib=0.5, speculative_config=spec,
+        engine_args={"enforce_eager": True}, **kw,
+    )
+
+
+def memory_bytes() -> tuple[int, int]:
     """(PSS, RSS) summed over this process and its descendants, in bytes."""
     import psutil  # ships with vLLM
 
@@ -45,14 +51,9 @@ def pss_bytes() -> tuple[int, int]:
     return pss, rss
 
 
-async def probe(prompt: str, max_tokens: int) -> dict:
-    target_path = resolve_model(BUNDLED_TARGET, auto_prepare=False)
-    draft_path = resolve_model(BUNDLED_DRAFT, auto_prepare=False)
-    # Eager mode, 0.5 GiB of KV cache each: as the other pair tests run the engines.
-    common = {"max_model_len": 2048, "kv_cache_gib": 0.5, "engine_args": {"enforce_eager": True}}
-    draft = VLLMEngine(draft_path, name="draft", **common)
-    target = VLLMEngine(target_path, name="target+draft",
-                        speculative_config=speculative_config("draft", draft_model=draft_path), **common)
+async def probe(target_path: str, draft_path: str, prompt: str, max_tokens: int) -> dict:
+    draft = pair_engine(draft_path, "draft")
+    target = pair_engine(target_path, "target+draft", speculative_config("draft", draft_model=draft_path))
     await draft.start()
     await target.start()
     try:
@@ -62,7 +63,7 @@ async def probe(prompt: str, max_tokens: int) -> dict:
         embedding_shape = list(embedder.encode(["16 - 3 - 4 = 9"]).shape)
         (t,) = await target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=max_tokens))])
         (d,) = await draft.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=DRAFT_TOKENS))])
-        pss, rss = pss_bytes()  # everything alive at once
+        pss, rss = memory_bytes()  # everything alive at once
         target_stats, draft_stats = target.stats(), draft.stats()
     finally:
         await target.close()
@@ -81,6 +82,6 @@ async def probe(prompt: str, max_tokens: int) -> dict:
 
 if __name__ == "__main__":
     request = json.load(sys.stdin)
-    result = asyncio.run(probe(request["prompt"], request["max_tokens"]))
+    result = asyncio.run(probe(request["target"], request["draft"], request["prompt"], request["max_tokens"]))
     with open(sys.argv[1], "w") as f:
         json.dump(result, f)

@@ -9,12 +9,12 @@ import pytest
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared, resolve_model
 from engine.speculation import speculative_config
 from engine.types import ContinuationRequest, FinishReason, GenerationRequest, SamplingSpec
-from engine.vllm_backend import VLLMEngine
 from judges.base import StepCandidate
 from judges.score import ScoreJudge
 from orchestrator.prompts import opening_messages
 from workflows.eval.datasets import load_problems
 from orchestrator.stepgen import opening_prompt as build_prompt
+from pair_memory_probe import pair_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
@@ -30,15 +30,6 @@ def pair():
     return resolve_model(BUNDLED_TARGET, auto_prepare=False), resolve_model(BUNDLED_DRAFT, auto_prepare=False)
 
 
-def target_engine(path, name, spec=None, **kw):
-    # Eager mode: the same kernels with and without speculation, and no
-    # torch.compile warm-up per engine (tens of seconds each on two cores).
-    return VLLMEngine(
-        path, name=name, max_model_len=2048, kv_cache_gib=0.5, speculative_config=spec,
-        engine_args={"enforce_eager": True}, **kw,
-    )
-
-
 @pytest.fixture(scope="module")
 def question():
     return load_problems("gsm8k")[0].question
@@ -47,7 +38,7 @@ def question():
 @pytest.fixture(scope="module")
 def reference(pair, question, runner):
     """Greedy output of the target alone, plus what the tests below need from it."""
-    engine = target_engine(pair[0], "target")
+    engine = pair_engine(pair[0], "target")
     runner.run(engine.start())
     try:
         prompt = runner.run(build_prompt(engine, question))
@@ -94,7 +85,7 @@ def speculate(runner, engine, prompt, spec=SamplingSpec(max_tokens=MAX_TOKENS)):
 
 @pytest.mark.parametrize("method", ["ngram", "suffix"])
 def test_lookup_methods_keep_greedy_output_identical(method, pair, reference, runner):
-    engine = target_engine(pair[0], f"target+{method}", speculative_config(method))
+    engine = pair_engine(pair[0], f"target+{method}", speculative_config(method))
     result, stats = speculate(runner, engine, reference["prompt"])
     assert result.completion.token_ids == reference["ids"]
     sd = stats.spec_decoding
@@ -102,7 +93,7 @@ def test_lookup_methods_keep_greedy_output_identical(method, pair, reference, ru
     assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
 
 
-def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(reference, tmp_path):
+def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair, reference, tmp_path):
     """The 0.5B drafts tokens for the 1.5B: greedy output identical, high acceptance.
 
     A separate 0.5B draft engine (what step-level strategies use) and the
@@ -116,9 +107,10 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(refe
     from pathlib import Path
 
     out = tmp_path / "probe.json"
+    request = {"target": pair[0], "draft": pair[1], "prompt": reference["prompt"], "max_tokens": MAX_TOKENS}
     probe = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("pair_memory_probe.py")), str(out)],
-        input=json.dumps({"prompt": reference["prompt"], "max_tokens": MAX_TOKENS}),
+        input=json.dumps(request),
         capture_output=True, text=True, timeout=1200, check=False,
     )
     assert probe.returncode == 0, probe.stderr[-4000:]
@@ -129,6 +121,7 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(refe
     sd = r["target_stats"]["spec_decoding"]
     assert sd["num_spec_tokens"] == 3 and sd["num_drafts"] > 0
     assert sd["acceptance_rate"] > 0.5, sd  # the 0.5B agrees with the 1.5B on most tokens
+    assert r["target_spec_decoding"] is not None
     assert r["target_spec_decoding"]["num_accepted_tokens"] == sd["num_accepted_tokens"]
     peak, total = r["target_stats"]["peak_rss_bytes"], r["total_pss_bytes"]
     print(f"\nRSS now/peak: target engine {r['target_stats']['rss_bytes'] / GiB:.2f}/{peak / GiB:.2f} GiB, draft "
@@ -137,10 +130,11 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(refe
     # Measured on the 2-core, 24 GiB machine (MemTotal 23.5 GiB): target engine (1.5B +
     # its 0.5B token drafter, fp32, 0.5 GiB KV) 14.0 GiB resident, 14.6-14.8 at peak
     # while loading; with the draft engine, the embedder and the probe: PSS 20.1 GiB
-    # (RSS summed 20.7; in the pytest process itself, 20.9). The CI machine ran the engines 0.8 GiB larger (target 14.5,
-    # draft peak 6.7). The GGUF's output projection is stored apart from the
-    # embeddings (quantized differently), so the converted models keep both, and
-    # vLLM's CPU backend keeps the output projection's weight beside its oneDNN copy.
+    # (RSS summed 20.7; in the pytest process itself, 20.9). The CI machine ran the
+    # engines 0.8 GiB larger (target 14.5, draft peak 6.7). The GGUF's output
+    # projection is stored apart from the embeddings (quantized differently), so the
+    # converted models keep both, and vLLM's CPU backend keeps the output
+    # projection's weight beside its oneDNN copy.
     assert peak < 18 * GiB
     assert total < 22 * GiB  # 1.5 GiB left to the system
 
@@ -164,8 +158,8 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, questio
             self.states.extend(states)
             return await super().route(states)
 
-    target, router = target_engine(pair[0], "target"), Recording()
-    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5, engine_args={"enforce_eager": True})
+    target, router = pair_engine(pair[0], "target"), Recording()
+    draft = pair_engine(pair[1], "draft")
     try:
         runner.run(target.start())
         runner.run(draft.start())
@@ -195,7 +189,7 @@ def test_sampled_suffix_speculation_writes_the_targets_text(pair, reference, run
     (the seeded samples differ from run to run under speculation), so the bound sits
     between the two, not at the fixed engine's edge.
     """
-    engine = target_engine(pair[0], "target+suffix-sampled", speculative_config("suffix"))
+    engine = pair_engine(pair[0], "target+suffix-sampled", speculative_config("suffix"))
     spec = SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
     result, stats = speculate(runner, engine, reference["prompt"], spec)
     sd = stats.spec_decoding
@@ -222,8 +216,8 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     from orchestrator.run import Budget
     from orchestrator.specreason import specreason
 
-    target = target_engine(pair[0], "target")
-    draft = VLLMEngine(pair[1], name="draft", max_model_len=2048, kv_cache_gib=0.5, engine_args={"enforce_eager": True})
+    target = pair_engine(pair[0], "target")
+    draft = pair_engine(pair[1], "draft")
     budget = Budget(max_tokens=96, max_step_tokens=64)
     exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
     problems = load_problems("gsm8k")
@@ -291,7 +285,7 @@ def test_router_verify_labels_collected_steps_as_the_target_reads_them(pair, run
     assert CollectSpec.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
     (out / "collect.json").write_text(json.dumps({"config": config, "sessions": []}))
     (out / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in same + other))
-    target = target_engine(pair[0], "target")
+    target = pair_engine(pair[0], "target")
     try:
         result = runner.run(verify_collection(out, engine=target, judge_options={
             "floor": None, "max_rank": 1, "math_max_rank": None}))
