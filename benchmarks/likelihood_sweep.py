@@ -47,7 +47,7 @@ async def main(out):
     await target.start(); await draft.start()
     budget = Budget(max_tokens=640)
     for name in sys.argv[2].split(","):
-        await target.reset_prefix_cache(); await draft.reset_prefix_cache()
+        await target.reset_caches(); await draft.reset_caches()
         r = Reasoner(target, draft, budget=budget, max_concurrency=len(probs), **ARMS[name])
         t = time.perf_counter()
         sols = await r.asolve_many([p.question for p in probs])

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Union
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.dtype import Dtype
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError, resolve_model
 from engine.speculation import METHODS, speculative_config
 
@@ -88,7 +89,9 @@ class VLLMEngineConfig(_Config):
 
     backend: Literal["vllm"] = "vllm"
     model: str = Field(description="Model preset (stepspec models list), local folder or hub id.")
-    dtype: str = Field("auto", description="vLLM's dtype (auto, bfloat16, float16, float32).")
+    dtype: Dtype = Field("auto", description="What the engine computes in: auto (the fastest on this machine: on a "
+                         "CPU bfloat16 where it has native bf16 and a timed probe confirms it, else float32; on a GPU "
+                         "vLLM's choice), bfloat16, float16, float32.")
     kv_cache_gib: float = Field(1.0, gt=0, description="KV cache size of the engine, GiB.")
     max_model_len: int = Field(4096, ge=256, description="Context window of the engine, tokens.")
     max_num_seqs: int = Field(32, ge=1, description="Sequences the engine decodes in one batch.")
@@ -235,10 +238,17 @@ class EnginePair(_Config):
                         "URL: the model name its server serves).")
     draft: str | None = Field(BUNDLED_DRAFT, description="Draft model: preset, local path or hub id (with a draft "
                               "URL: the model name its server serves).")
+    # Defaults measured on the bundled pair (benchmarks/measured/engines_cpu, `make bench-engines`):
+    # the 1.5B decodes fastest with the 0.5B drafting its tokens (10.1 tok/s in bf16; suffix 9.3,
+    # none 6.5), the 0.5B with suffix decoding (24.4 tok/s; none 16.4, ngram 14.7).
     target_spec: str = Field("draft", description="Token-level speculation inside the target: none, ngram, suffix, "
                              "draft (the draft model drafts the target's tokens; none when the draft is not an "
                              "in-process model).")
-    draft_spec: str = Field("none", description="Token-level speculation inside the draft: none, ngram, suffix.")
+    draft_spec: str = Field("suffix", description="Token-level speculation inside the draft: none, ngram, suffix.")
+    target_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the target's in-process engine computes "
+                               "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
+    draft_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the draft's in-process engine computes "
+                              "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
     num_speculative_tokens: int | None = like(TokenSpeculation, "num_speculative_tokens")
     kv_cache_gib: float = like(VLLMEngineConfig, "kv_cache_gib", description="KV cache size of each engine, GiB.")
     max_model_len: int = like(VLLMEngineConfig, "max_model_len", description="Context window of each engine, "
@@ -268,6 +278,11 @@ class EnginePair(_Config):
             if url and method in ("ngram", "suffix"):
                 raise ValueError(f"{role}_spec='{method}' runs inside an in-process vLLM engine; the {role}'s server "
                                  f"({url}) speculates as it was started (vllm serve --speculative-config ...)")
+        for role, url, dtype in (("target", self.target_url, self.target_dtype),
+                                 ("draft", self.draft_url, self.draft_dtype)):
+            if url and dtype != "auto":
+                raise ValueError(f"{role}_dtype='{dtype}' sets an in-process vLLM engine; the {role}'s server ({url}) "
+                                 "computes in the dtype it was started with (vllm serve --dtype ...)")
         if self.draft_url and not self.draft:
             raise ValueError("draft_url is given without a draft model: name the model its server serves")
         return self
@@ -276,15 +291,16 @@ class EnginePair(_Config):
         """(target, draft) engine configs; draft None when there is no draft model."""
         in_process_draft = self.draft if self.draft and not self.draft_url else None
         target_method = self.target_spec if self.target_spec != "draft" or in_process_draft else "none"
-        target = self._engine(self.target, self.target_url, target_method, in_process_draft)
-        return target, (self._engine(self.draft, self.draft_url, self.draft_spec, None) if self.draft else None)
+        target = self._engine(self.target, self.target_url, target_method, in_process_draft, self.target_dtype)
+        return target, (self._engine(self.draft, self.draft_url, self.draft_spec, None, self.draft_dtype)
+                        if self.draft else None)
 
-    def _engine(self, model: str, url: str | None, method: str,
-                drafter: str | None) -> VLLMEngineConfig | OpenAIEngineConfig:
+    def _engine(self, model: str, url: str | None, method: str, drafter: str | None,
+                dtype: str) -> VLLMEngineConfig | OpenAIEngineConfig:
         if url:
             return OpenAIEngineConfig(base_url=url, model=model, api_key_env=self.api_key_env)
         speculating = method != "none"
-        return VLLMEngineConfig(model=model, kv_cache_gib=self.kv_cache_gib, max_model_len=self.max_model_len,
+        return VLLMEngineConfig(model=model, dtype=dtype, kv_cache_gib=self.kv_cache_gib, max_model_len=self.max_model_len,
                                 max_num_seqs=self.max_num_seqs, speculation=method if speculating else None,
                                 draft_model=drafter if method == "draft" else None,
                                 num_speculative_tokens=self.num_speculative_tokens if speculating else None)

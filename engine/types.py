@@ -222,3 +222,5 @@ class EngineInfo:
     model: str
     max_model_len: int | None = None
     speculative_method: str | None = None
+    dtype: str | None = None  # what the engine computes in (in-process engines, once started)
+    dtype_reason: str | None = None  # why: engine.dtype.DtypeChoice.reason

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any, Mapping, Sequence
 
+from engine.dtype import DtypeChoice, choose_dtype
 from engine.logs import log_tail
 from engine.protocol import EngineError
 from engine.stats import EngineStats, SpecDecodingStats
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_SECONDS = 20.0  # how long close() waits for the engine's processes to exit
 
 GiB = 1 << 30
+WORKER_EXTENSION = "engine.vllm_worker.StepspecWorker"
 
 
 def is_cpu_build() -> bool:
@@ -95,8 +97,8 @@ class VLLMEngine:
     * ``kv_cache_gib``: KV cache size, explicit, so two engines fit in one machine
       (``kv_cache_memory_bytes``; on the CPU build it is also what
       ``VLLM_CPU_KVCACHE_SPACE`` sets).
-    * ``dtype``: ``"auto"`` picks float32 on the CPU build (bf16 prefill there is
-      several times slower) and the model's own dtype on a GPU.
+    * ``dtype``: ``"auto"`` picks the fastest dtype on this machine, by measurement on a
+      CPU (:mod:`engine.dtype`; :attr:`dtype_choice` says which and why once started).
     * ``speculative_config``: passed to vLLM as it is.
     * ``enforce_eager``: ``None`` picks eager mode on the CPU build (measured on the
       1.5B: start 48 s instead of 140 s for a 4% slower decode) and torch.compile
@@ -143,6 +145,7 @@ class VLLMEngine:
         self._start_lock: asyncio.Lock | None = None
         self._ids = itertools.count()
         self._stats = EngineStats()
+        self.dtype_choice: DtypeChoice | None = None  # set by start(): what "auto" became, and why
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class VLLMEngine:
             model=self.model,
             max_model_len=self.max_model_len,
             speculative_method=method,
+            dtype=self.dtype if self.dtype_choice is None else self.dtype_choice.dtype,
+            dtype_reason=None if self.dtype_choice is None else self.dtype_choice.reason,
         )
 
     async def __aenter__(self) -> "VLLMEngine":
@@ -172,9 +177,6 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
         cpu = is_cpu_build()
-        dtype = self.dtype
-        if dtype == "auto" and cpu:
-            dtype = "float32"
         if cpu:
             n = len(os.sched_getaffinity(0))
             # Binding OpenMP threads to every allowed core measured ~1.6x faster than
@@ -194,7 +196,7 @@ class VLLMEngine:
                 )
         kwargs: dict[str, Any] = dict(
             model=self.model,
-            dtype=dtype,
+            dtype=self.dtype_choice.dtype,
             max_model_len=self.max_model_len,
             kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
             max_num_seqs=self.max_num_seqs,
@@ -214,6 +216,7 @@ class VLLMEngine:
         if self.speculative_config:
             kwargs["speculative_config"] = dict(self.speculative_config)
             kwargs["per_request_spec_decode_metrics"] = "summary"
+            kwargs["worker_extension_cls"] = WORKER_EXTENSION  # reset_caches() forgets suffix decoding's outputs
         kwargs.update(self.engine_args)
         try:
             return AsyncEngineArgs(**kwargs)
@@ -245,6 +248,8 @@ class VLLMEngine:
                     f"engine '{self.name}': model folder '{self.model}' does not exist; pass a "
                     "preset (`stepspec models list`), an existing folder, or a hub id 'org/name'"
                 )
+            self.dtype_choice = await asyncio.to_thread(choose_dtype, self.dtype, self.model, cpu=is_cpu_build())
+            logger.info("engine '%s': dtype %s (%s)", self.name, self.dtype_choice.dtype, self.dtype_choice.reason)
             args = self._build_engine_args()
             t0 = time.perf_counter()
             try:
@@ -261,11 +266,16 @@ class VLLMEngine:
             self._tokenizer = self._llm.get_tokenizer()
             logger.info("engine '%s' started in %.1fs", self.name, time.perf_counter() - t0)
 
-    async def reset_prefix_cache(self) -> None:
-        """Forget every cached prefix (benchmarks: each run starts cold, whatever ran before)."""
+    async def reset_caches(self) -> None:
+        """Start cold: forget every cached prefix and every earlier output a token-level
+        proposer keeps (suffix decoding's global tree, :mod:`engine.vllm_worker`), so no
+        request is served from another's text (benchmarks: each arm and solve starts cold).
+        Only between requests."""
         await self.start()
         if not await self._llm.reset_prefix_cache():
             raise EngineError(f"engine '{self.name}': vLLM could not reset the prefix cache (requests running?)")
+        if self.speculative_config:
+            await self._llm.collective_rpc("stepspec_reset_token_speculation")
 
     async def close(self) -> None:
         if self._llm is not None:

@@ -193,6 +193,7 @@ class Reasoner:
     @classmethod
     def from_models(cls, target: str = _PAIR["target"].default, draft: str | None = _PAIR["draft"].default, *,
                     target_spec: str = _PAIR["target_spec"].default, draft_spec: str = _PAIR["draft_spec"].default,
+                    target_dtype: str = _PAIR["target_dtype"].default, draft_dtype: str = _PAIR["draft_dtype"].default,
                     num_speculative_tokens: int | None = None, kv_cache_gib: float = _PAIR["kv_cache_gib"].default,
                     max_model_len: int = _PAIR["max_model_len"].default, on_prepare: PrepareProgress | None = None,
                     **options: Any) -> "Reasoner":
@@ -203,11 +204,13 @@ class Reasoner:
         ngram, suffix, draft). ``target_spec`` defaults to ``draft``, as on the command line
         (the draft model drafts the target's tokens too; none when ``draft`` is None); it
         defaulted to ``none`` here and in lm-eval's model before: pass ``target_spec="none"``
-        for that. ``options``: ``Reasoner``'s keywords (strategy, judge and router by name
+        for that. ``target_dtype``/``draft_dtype``: what each engine computes in (``auto``: the
+        fastest on this machine, measured: :mod:`engine.dtype`). ``options``: ``Reasoner``'s keywords (strategy, judge and router by name
         or file, their options, budget, max_concurrency, strategy options); of ``rules``,
         the delimiter goes into the config and the rest applies on top."""
         rules = options.pop("rules", None)
         pair = EnginePair(target=target, draft=draft, target_spec=target_spec, draft_spec=draft_spec,
+                          target_dtype=target_dtype, draft_dtype=draft_dtype,
                           num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
                           max_model_len=max_model_len)
         target_config, draft_config = pair.engines()

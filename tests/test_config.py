@@ -80,13 +80,13 @@ def test_every_entry_point_builds_the_same_config_by_default(capture, tmp_path):
         "python config": ReasonerConfig(),
         "yaml": capture(yaml_reasoner, tmp_path,
                         f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, speculation: draft, "
-                        f"draft_model: {BUNDLED_DRAFT}}}\n  d: {{backend: vllm, model: {BUNDLED_DRAFT}}}\n",
-                        "{target: t, draft: d}"),
+                        f"draft_model: {BUNDLED_DRAFT}}}\n  d: {{backend: vllm, model: {BUNDLED_DRAFT}, "
+                        "speculation: suffix}\n", "{target: t, draft: d}"),
         "lm-eval": capture(lm_eval_model, ""),
     }
     expected = ReasonerConfig(
         target=VLLMEngineConfig(model=BUNDLED_TARGET, speculation="draft", draft_model=BUNDLED_DRAFT),
-        draft=VLLMEngineConfig(model=BUNDLED_DRAFT))
+        draft=VLLMEngineConfig(model=BUNDLED_DRAFT, speculation="suffix"))
     assert {name: c for name, c in configs.items() if c != expected} == {}
 
 
@@ -103,7 +103,8 @@ def test_every_entry_point_builds_the_same_config_for_the_same_settings(capture,
         "yaml": capture(yaml_reasoner, tmp_path,
                         f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, speculation: draft, draft_model: "
                         f"{BUNDLED_DRAFT}, num_speculative_tokens: 4, kv_cache_gib: 2, max_model_len: 2048}}\n"
-                        f"  d: {{backend: vllm, model: {BUNDLED_DRAFT}, kv_cache_gib: 2, max_model_len: 2048}}\n",
+                        f"  d: {{backend: vllm, model: {BUNDLED_DRAFT}, speculation: suffix, num_speculative_tokens: 4, "
+                        "kv_cache_gib: 2, max_model_len: 2048}\n",
                         '{target: t, draft: d, strategy: lookahead, options: {gamma: 3}, judge: score, '
                         'judge_options: {threshold: 6}, budget: {max_tokens: 512, max_steps: 20, timeout: 30}, '
                         'delimiter: "\\n"}'),
@@ -114,10 +115,33 @@ def test_every_entry_point_builds_the_same_config_for_the_same_settings(capture,
     expected = ReasonerConfig(
         target=VLLMEngineConfig(model=BUNDLED_TARGET, speculation="draft", draft_model=BUNDLED_DRAFT,
                                 num_speculative_tokens=4, kv_cache_gib=2, max_model_len=2048),
-        draft=VLLMEngineConfig(model=BUNDLED_DRAFT, kv_cache_gib=2, max_model_len=2048),
+        draft=VLLMEngineConfig(model=BUNDLED_DRAFT, speculation="suffix", num_speculative_tokens=4, kv_cache_gib=2,
+                               max_model_len=2048),
         strategy="lookahead", options={"gamma": 3}, judge="score", judge_options={"threshold": 6.0},
         budget=Budget(max_tokens=512, max_steps=20, max_seconds=30.0), delimiter="\n")
     assert {name: c for name, c in configs.items() if c != expected} == {}
+
+
+def test_each_engines_dtype_is_taken_by_every_entry_point(capture, tmp_path):
+    """--target-dtype/--draft-dtype, their keywords, YAML's dtype and lm-eval's model_args: one field."""
+    configs = {
+        "cli": capture(cli, "--target-dtype", "bfloat16", "--draft-dtype", "float32"),
+        "python from_models": capture(Reasoner.from_models, target_dtype="bfloat16", draft_dtype="float32"),
+        "yaml": capture(yaml_reasoner, tmp_path,
+                        f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, dtype: bfloat16, speculation: draft, "
+                        f"draft_model: {BUNDLED_DRAFT}}}\n"
+                        f"  d: {{backend: vllm, model: {BUNDLED_DRAFT}, dtype: float32, speculation: suffix}}\n",
+                        "{target: t, draft: d}"),
+        "lm-eval": capture(lm_eval_model, "target_dtype=bfloat16,draft_dtype=float32"),
+    }
+    target, draft = EnginePair(target_dtype="bfloat16", draft_dtype="float32").engines()
+    assert (target.dtype, draft.dtype) == ("bfloat16", "float32")
+    expected = ReasonerConfig(target=target, draft=draft)
+    assert {name: c for name, c in configs.items() if c != expected} == {}
+    with pytest.raises(ValueError, match="target_dtype"):
+        RunSettings(target_dtype="fp8")
+    with pytest.raises(ValueError, match="computes in the dtype it was started with"):
+        RunSettings(target_url=URL, target_dtype="bfloat16")
 
 
 def test_every_entry_point_builds_the_same_config_for_an_openai_target(capture, tmp_path):
@@ -176,6 +200,16 @@ def test_the_defaults_agree_everywhere(capture, tmp_path):
     }
     assert set(methods.values()) == {"draft"}, methods
     assert ReasonerConfig().target.draft_model == BUNDLED_DRAFT
+    # each engine's dtype: auto, the fastest measured on the machine
+    dtypes = {
+        "EnginePair": (EnginePair().target_dtype, EnginePair().draft_dtype),
+        "ReasonerConfig": (ReasonerConfig().target.dtype, ReasonerConfig().draft.dtype),
+        "BenchSpec": (BenchSpec().target_dtype, BenchSpec().draft_dtype),
+        "lm-eval": (lm_eval_config({}).target.dtype, lm_eval_config({}).draft.dtype),
+        **{" ".join(c): (_cli_default(*c, name="target_dtype"), _cli_default(*c, name="draft_dtype"))
+           for c in commands},
+    }
+    assert set(dtypes.values()) == {("auto", "auto")}, dtypes
     # without a draft model there is nothing to draft tokens with
     assert capture(Reasoner.from_models, draft=None, strategy="target-only").target.speculation is None
 

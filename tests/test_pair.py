@@ -243,10 +243,10 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
         # only the prompt cached: the target's own greedy text, cached by the runs above,
         # would share blocks with the draft's and reach into the continuation (then the
         # engine rightly scores it again without the cache)
-        runner.run(target.reset_prefix_cache())
+        runner.run(target.reset_caches())
         runner.run(target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=1))]))
         (cached,) = runner.run(target.score_continuations([request]))
-        runner.run(target.reset_prefix_cache())
+        runner.run(target.reset_caches())
         (fresh,) = runner.run(target.score_continuations([request]))
     finally:
         runner.run(target.close())

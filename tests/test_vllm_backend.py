@@ -206,7 +206,7 @@ def test_continuation_scores_read_the_prefix_cache_and_equal_a_cache_free_comput
     requests = [ContinuationRequest(prefix, greedy_ids, top_k=3),
                 ContinuationRequest(prefix, tuple(reversed(greedy_ids)), top_k=3)]
     cached = runner.run(base.score_continuations(requests))  # the generate call cached the prefix
-    runner.run(base.reset_prefix_cache())
+    runner.run(base.reset_caches())
     fresh = runner.run(base.score_continuations(requests))
     assert cached[0].num_cached_prompt_tokens > 0 and fresh[0].num_cached_prompt_tokens == 0
     for got, want, r in zip(cached, fresh, requests):

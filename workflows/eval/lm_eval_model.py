@@ -15,7 +15,8 @@ the first of the request's ``until`` strings. ``model_args`` are the command lin
 settings, with the same defaults (:class:`orchestrator.config.RunSettings`): ``strategy``,
 ``target``, ``draft``, ``spec`` (or ``target_spec``; default ``draft``: the draft model
 drafts the target's tokens, as on the command line; it was ``none`` here before the
-configuration was declared once) and ``draft_spec``, ``num_speculative_tokens``,
+configuration was declared once) and ``draft_spec``, ``target_dtype``/``draft_dtype``
+(``auto``: the fastest on this machine, measured), ``num_speculative_tokens``,
 ``target_url``/``draft_url`` (OpenAI-compatible servers; the model is then the name they
 serve) and ``api_key_env``, ``judge``, ``threshold`` (score judge), ``max_tokens``,
 ``max_step_tokens``, ``max_steps``, ``timeout``, ``delimiter``, ``kv_cache_gib``,

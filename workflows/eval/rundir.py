@@ -84,7 +84,11 @@ def git_hash() -> str | None:
 
 
 def hardware() -> dict[str, Any]:
-    out: dict[str, Any] = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "gpu": None}
+    from engine.dtype import cpu_info
+
+    cpu, bf16 = cpu_info()
+    out: dict[str, Any] = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "cpu": cpu,
+                           "bf16_flags": list(bf16), "gpu": None}
     try:
         import torch
 
