@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM ?= false
 IOMP = $(abspath $(wildcard $(VENV)/lib/libiomp5.so))
 RUN_FAST = $(if $(IOMP),LD_PRELOAD=$(IOMP))
 
-.PHONY: setup demo test test-fast bench bench-tokens router bench-router bench-tree bench-siblings
+.PHONY: setup demo test test-fast bench bench-verify bench-engines bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -30,11 +30,22 @@ test-fast:
 	bash scripts/bootstrap.sh
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not pair" $(PYTEST_ARGS)
 
-# The verifier comparison on the first 100 GSM8K test problems, in two resumable runs
-# (each resumes where it stopped: `stepspec bench --resume DIR`; an arm cut short runs again).
+# The speed run (issue 52): the default `specreason` against target-only and draft-only (the
+# pair's ceiling) on the first 100 GSM8K test problems, each engine at its defaults (dtype
+# auto: measured per machine; the token-level methods `make bench-engines` chose), every arm
+# and solve starting with cold caches. Throughput: waves of 25 at once (resumable wave by
+# wave); latency: the first 30, one at a time, interleaved. Resumable: run it again.
+BENCH_DIR ?= benchmarks/measured/gsm8k100_speed_cpu
+BENCH_ARMS = --dataset gsm8k --limit 100 --mode both --latency-limit 30 --throughput-wave 25 \
+	--max-tokens 640 --kv-cache-gib 1.5 --strategies target-only,specreason,draft-only
+bench: setup
+	$(call bench_run,$(BENCH_DIR),$(BENCH_ARMS))
+
+# The verifier comparison (both engines in float32, as before dtypes were measured) on the
+# first 100 GSM8K test problems, in two resumable runs (each resumes where it stopped: `stepspec bench --resume DIR`; an arm cut short runs again).
 # Suffix decoding runs inside the 1.5B in every arm (the fastest token-level method for it
 # here: 1.72x alone, `make bench-tokens`; and no third model in memory); 640 tokens.
-# 1. BENCH_DIR: target-only; specreason with the 0-9 score judge; specreason with the
+# 1. VERIFY_DIR: target-only; specreason with the 0-9 score judge; specreason with the
 #    likelihood judge from lossless to loose (exact: only the target's greedy token passes;
 #    typed: floor -5 and digits/operators must be the target's top token; loose: floor -8),
 #    all with the draft writing from the first step (first_target_steps=0). Throughput
@@ -43,11 +54,12 @@ test-fast:
 # 2. BENCH_PLAN_DIR, all timed in one session: target-only; specreason's default (typed
 #    likelihood, the target writes the first two steps, the opening and the plan); lookahead
 #    with the likelihood judge. Throughput for all three, latency for the first two.
-BENCH_DIR ?= benchmarks/measured/gsm8k100_verify_cpu
+VERIFY_DIR ?= benchmarks/measured/gsm8k100_verify_cpu
 BENCH_PLAN_DIR ?= benchmarks/measured/gsm8k100_verify_plan_cpu
-BENCH_COMMON = --dataset gsm8k --limit 100 --mode both --latency-limit 30 \
+# BENCH_COMMON: what the verifier, router and tree runs share (float32, as they were committed).
+BENCH_COMMON = --dataset gsm8k --target-dtype float32 --draft-dtype float32 --limit 100 --mode both --latency-limit 30 \
 	--spec suffix --max-tokens 640 --kv-cache-gib 1.5 --max-num-seqs 100
-BENCH_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-loose \
+BENCH_VERIFY_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-loose \
 	--latency-strategies target-only,sr-score,sr-lik-typed \
 	--opt sr-score.strategy=specreason --opt sr-score.judge=score \
 	--opt sr-lik-exact.strategy=specreason --opt sr-lik-exact.judge=likelihood --opt sr-lik-exact.judge.max_rank=1 \
@@ -59,9 +71,9 @@ BENCH_ARMS = --strategies target-only,sr-score,sr-lik-exact,sr-lik-typed,sr-lik-
 BENCH_PLAN_ARMS = --strategies target-only,sr-lik-plan,la-lik --latency-strategies target-only,sr-lik-plan \
 	--opt sr-lik-plan.strategy=specreason --opt sr-lik-plan.judge=likelihood --opt sr-lik-plan.first_target_steps=2 \
 	--opt la-lik.strategy=lookahead --opt la-lik.judge=likelihood
-bench: setup
-	$(call bench_run,$(BENCH_DIR),$(BENCH_ARMS))
-	$(call bench_run,$(BENCH_PLAN_DIR),$(BENCH_PLAN_ARMS))
+bench-verify: setup
+	$(call bench_run,$(VERIFY_DIR),$(BENCH_COMMON) $(BENCH_VERIFY_ARMS))
+	$(call bench_run,$(BENCH_PLAN_DIR),$(BENCH_COMMON) $(BENCH_PLAN_ARMS))
 
 # $(call bench_run,DIR,ARMS): resume the run in DIR, or start it. A resume with MODE=latency
 # (or throughput) runs only that mode of the run this time, e.g. latency problems when the
@@ -71,9 +83,15 @@ define bench_run
 		echo "resuming the run in $(1)"; \
 		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(1)$(if $(MODE), --mode $(MODE)); \
 	else \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench $(BENCH_COMMON) $(2) --output-dir $(1); \
+		$(RUN_FAST) $(VENV)/bin/stepspec bench $(2) --output-dir $(1); \
 	fi
 endef
+
+# Each engine's decode and prefill speed per model x dtype x token-level method on this
+# machine, one engine at a time, with its CPU model (the bundled pair's defaults cite it).
+ENGINES_DIR ?= benchmarks/measured/engines_cpu
+bench-engines: setup
+	$(RUN_FAST) $(VENV)/bin/python benchmarks/engine_speeds.py --out $(ENGINES_DIR)
 
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
@@ -100,7 +118,7 @@ ROUTER_ARMS = --strategies target-only,arbitrage,sr-lik,sr-lik-loose --router $(
 	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood \
 	--opt sr-lik-loose.judge.floor=-8 --opt sr-lik-loose.judge.math_max_rank=none
 bench-router: setup
-	$(call bench_run,$(ROUTER_DIR),$(ROUTER_ARMS))
+	$(call bench_run,$(ROUTER_DIR),$(BENCH_COMMON) $(ROUTER_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
 # twins (same k, beam, depth; same n, temperature 0.7; in both drafted arms the target writes
@@ -115,7 +133,7 @@ TREE_ARMS = --strategies tree,tree-target,best-of-n,best-of-n-target --throughpu
 	$(foreach arm,tree tree-target,--opt $(arm).k=3 --opt $(arm).beam=2) \
 	$(foreach arm,best-of-n best-of-n-target,--opt $(arm).n=5 --opt $(arm).temperature=0.7)
 bench-tree: setup
-	$(call bench_run,$(TREE_DIR),$(TREE_ARMS))
+	$(call bench_run,$(TREE_DIR),$(BENCH_COMMON) $(TREE_ARMS))
 
 # Token-level speculation across sibling samples (STAND's idea) inside tree-target and
 # best-of-n-target at temperature 0.7: suffix decoding and the draft model against none.

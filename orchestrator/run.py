@@ -12,6 +12,7 @@ reading the engines' global counters.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
@@ -225,22 +226,25 @@ class TraceRun:
         return await generate_steps(self.engines[role], [self.prompt(role, b) for b in bases], self.rules, caps,
                                     **sampling)
 
-    async def rewrite(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None) -> GeneratedStep:
+    async def rewrite(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None,
+                      cap: int | None = None) -> GeneratedStep:
         """The target's step after ``steps`` (default: the trace) where ``verdict`` rejected the
         draft's; see :meth:`rewrite_many`."""
-        (step,) = await self.rewrite_many([verdict], [self.steps if steps is None else steps])
+        (step,) = await self.rewrite_many([verdict], [self.steps if steps is None else steps], cap=cap)
         return step
 
     async def rewrite_many(self, verdicts: Sequence[Verdict], bases: Sequence[Sequence[StepRecord]],
-                           **sampling: Any) -> list[GeneratedStep]:
+                           cap: int | None = None, **sampling: Any) -> list[GeneratedStep]:
         """The target's step after each of ``bases`` where its verdict rejected the draft's, in one
         batched call: after a token-level cut it keeps the drafted tokens before the cut and
         writes on from there (greedy: its first token is its own top choice at the cut);
-        otherwise it writes the whole step. ``sampling``: temperature and seeds, to sample."""
+        otherwise it writes the whole step. ``cap``: at most this many tokens each (1: only the
+        target's token at the cut; the step stays open, ``complete=False``, unless that token ends
+        it). ``sampling``: temperature and seeds, to sample."""
         cuts = [v.cut for v in verdicts]
         # a token resampled at the cut (sampling verifier) counts as the target's
         resampled = [int(c is not None and c.resampled_text is not None) for c in cuts]
-        caps = [max(1, self.step_token_cap(b[len(self.steps):]) - (c.offset if c else 0) - r)
+        caps = [max(1, min(cap or math.inf, self.step_token_cap(b[len(self.steps):]) - (c.offset if c else 0) - r))
                 for b, c, r in zip(bases, cuts, resampled)]
         heads = [(c.kept_text + (c.resampled_text or "")) if c is not None else "" for c in cuts]
         written = await self.write_many("target", bases, caps, heads=heads, **sampling)

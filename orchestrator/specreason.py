@@ -16,8 +16,16 @@ eggs." and scores 2.1: rejected; the target writes "13 - 4 = 9 eggs." from the
 same prefix (author "target", draft_text keeps the rejected step).
 
 With the ``likelihood`` judge (a token-level verifier) a rejection is partial:
-the drafted tokens before its cut stay, and the target writes the step on from
-the cut (``num_kept_tokens`` and ``cut`` in the step's record).
+the drafted tokens before its cut stay and the target's own token goes in at the
+cut (``num_kept_tokens`` and ``cut`` in the step's record). Then the draft drafts
+on from there (the record is an open piece of the step, ``complete=False``; what
+the draft writes next is judged again), for the first ``draft_after_cut`` cuts of
+a step; after that, the target writes the rest of the step. Worked example,
+``draft_after_cut=2``: the draft writes "She sells 16 - 3 - 4 = 8 eggs for $2
+each." and the verifier cuts at "8" (the target's token is "9"): "She sells 16 - 3 -
+4 = 9" joins the trace as an open piece; the draft writes on " eggs for $2 each, so
+she makes 9 * 2 = $18." and the verifier accepts it: the step is complete, the
+target wrote one token of it.
 
 ``backoff`` (goodput-aware speculation, :mod:`orchestrator.goodput`): before each
 step a governor shared by all problems in flight compares the measured seconds
@@ -28,18 +36,24 @@ target write the step when drafting does not pay (``backoff=True`` in its record
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
+
+from pydantic import Field
 
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from orchestrator.driver import Backoff, Policy, TargetOpening, backoff_governor, drive, split_shared
 from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
-from orchestrator.trace import Author, Trace
+from orchestrator.trace import Author, StepRecord, Trace
 
 
 class SpecReasonOptions(Backoff, TargetOpening):
-    """The target's opening steps, and backing off under load."""
+    """The target's opening steps, backing off under load, and how a cut step is repaired."""
+
+    draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target writes only its own "
+                                 "token at the cut and the draft drafts on from there (judged again), up to this "
+                                 "many times in a step; past that (and with 0) the target writes the rest of the step")
 
 
 class SpecReason(Policy):
@@ -64,11 +78,24 @@ class SpecReason(Policy):
         judged = judged_fields(drafted, verdict, time.perf_counter() - t0)
         # Acceptance rule: a drafted step the judge accepts joins the trace as written;
         # a rejected one is rewritten by the target from the same prefix, after the
-        # drafted tokens a token-level verifier kept before its cut (if it cut one).
+        # drafted tokens a token-level verifier kept before its cut (if it cut one): only
+        # the target's token at the cut (the step stays open, the draft drafts on) for the
+        # first draft_after_cut cuts of a step, the rest of the step after that.
         if verdict.accept:
             run.keep(Author.DRAFT, drafted, **judged)
         else:
-            run.keep(Author.TARGET, await run.rewrite(verdict), **judged)
+            token_only = verdict.cut is not None and cuts_in_open_step(run.steps) < self.options.draft_after_cut
+            run.keep(Author.TARGET, await run.rewrite(verdict, cap=1 if token_only else None), **judged)
+
+
+def cuts_in_open_step(steps: Sequence[StepRecord]) -> int:
+    """How many cuts the step being written (the records since the last complete one) has had."""
+    n = 0
+    for step in reversed(steps):
+        if step.complete:
+            break
+        n += step.cut is not None
+    return n
 
 
 async def specreason(question: str, *, draft: Engine, target: Engine, judge: Judge,

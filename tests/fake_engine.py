@@ -83,8 +83,9 @@ class ScriptedEngine:
                 at, stop_string = min(hits)
                 text, reason = text[:at], FinishReason.STOP
             words = text.split()
-            if len(words) > r.sampling.max_tokens:
-                text, reason, stop_string = " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH, None
+            if len(words) > r.sampling.max_tokens:  # the leading space stays: a continuation's first word has it
+                lead = text[:len(text) - len(text.lstrip())]
+                text, reason, stop_string = lead + " ".join(words[: r.sampling.max_tokens]), FinishReason.LENGTH, None
             tokens = TOKEN.findall(text)
             ids = tuple(self.token_id(t) for t in tokens)
             logprobs = None

@@ -12,8 +12,8 @@ import pytest
 
 from fake_engine import ScriptedEngine
 from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
-from workflows.eval.report import (PLOTS, acceptance_by_position, arm_twins, paired_counts, summarize, summarize_run,
-                                   table, wave_table)
+from workflows.eval.report import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
+                                   profile_table, share_of_ceiling, summarize, summarize_run, table, wave_table)
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 
@@ -75,7 +75,7 @@ class StopAfter:
 TIMING = {"seconds", "model_seconds", "draft_seconds", "judge_seconds", "target_seconds", "seconds_p50",
           "seconds_p90", "seconds_total", "output_tokens_per_second", "speedup", "orchestration_share", "run", "overhead",
           "versions", "git_hash", "judge_seconds_per_drafted_step", "judge_seconds_vs_score", "wall_seconds",
-          "problems_per_minute", "session"}
+          "problems_per_minute", "session", "share", "tokens_per_second", "ceiling"}
 
 
 def untimed(obj):
@@ -117,6 +117,8 @@ def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     assert firsts == list(STRATEGIES)
     report = (run / "report.md").read_text()
     assert "| specreason | 4 | 100.0% ± 0.0%" in report
+    assert "## Where the time goes" in report and "share of ceiling" in report  # draft-only is the ceiling
+    assert m["specreason"]["ceiling"]["arm"] == "draft-only"
     for plot in PLOTS:
         assert (run / plot).stat().st_size > 1000
     # the run is finished: resuming it solves nothing and changes no metric
@@ -247,7 +249,7 @@ class SlowEngine(ScriptedEngine):
     async def next_token_logprobs(self, prompts, top_k=20):
         return await self._slow(super().next_token_logprobs, prompts, top_k)
 
-    async def reset_prefix_cache(self):
+    async def reset_caches(self):
         self.num_resets += 1
 
 
@@ -573,6 +575,43 @@ def test_paired_counts_and_judge_time_on_hand_made_records():
     assert alone["lik"]["paired"]["over"] == "target-only (throughput)" and alone["lik"]["paired"]["lost"] == 1
 
 
+def _step(author, draft=(0, 0.0), target=(0, 0.0), judge_seconds=0.0, accepted=None, kept=0):
+    return {"author": author, "num_draft_tokens": draft[0], "draft_seconds": draft[1], "num_target_tokens": target[0],
+            "target_seconds": target[1], "judge_seconds": judge_seconds, "accepted": accepted, "num_kept_tokens": kept}
+
+
+def test_phase_profile_splits_the_wall_time_by_author_and_counts_the_thrown_away_draft():
+    """The docstring's example: a 60-token opening by the target (5 s), a drafted step of 40 tokens
+    (2 s) judged in 0.5 s and cut after 30, the target's 12 tokens after the cut (1.5 s); 10 s wall."""
+    steps = [_step("target", target=(60, 5.0)),
+             _step("target", draft=(40, 2.0), target=(12, 1.5), judge_seconds=0.5, accepted=False, kept=30)]
+    record = {**_record(0, True, seconds=10.0), "trace": {"steps": steps}}
+    record["stats"]["judge_seconds"] = 0.5
+    p = phase_profile([record])
+    assert p["seconds"] == {"draft": 2.0, "target": 6.5, "verify": 0.5, "other": 1.0}
+    assert p["share"] == {"draft": 0.2, "target": 0.65, "verify": 0.05, "other": 0.1}
+    assert p["tokens"] == {"draft": 40, "target": 72, "verify": 40}
+    assert p["tokens_per_second"]["draft"] == 20.0 and p["num_wasted_draft_tokens"] == 10
+
+
+def test_the_ceiling_is_draft_only_and_each_arm_reads_as_a_share_of_it():
+    assert share_of_ceiling(2.5, 2.5) == pytest.approx(1.0)
+    assert share_of_ceiling(1.3, 2.5) == pytest.approx((1 - 1 / 1.3) / 0.6)  # 38%
+    assert share_of_ceiling(0.8, 2.5) < 0 and share_of_ceiling(1.3, 1.0) is None
+    results = {"config": {"strategies": ["target-only", "fast", "sr"], "throughput_wave": None,
+                          "strategy_options": {"fast": {"strategy": "draft-only"}, "sr": {"strategy": "specreason"}}},
+               "run": {"metrics": ["exact"], "problem_ids": [0, 1]}, "baseline": "target-only"}
+    latency = {"target-only": [_record(0, True, 5.0), _record(1, True, 5.0)],
+               "fast": [_record(0, False, 2.0), _record(1, True, 2.0)],
+               "sr": [_record(0, True, 4.0), _record(1, True, 4.0)]}
+    lat, _ = summarize_run(results, latency, {})
+    assert lat["sr"]["ceiling"]["arm"] == "fast" and lat["sr"]["ceiling"]["speedup"] == 2.5
+    assert lat["sr"]["ceiling"]["share"] == pytest.approx(share_of_ceiling(1.25, 2.5))
+    assert lat["fast"]["ceiling"]["share"] == pytest.approx(1.0)
+    rows = {row[0]: row for row in profile_table({**results, "results": lat})[1]}
+    assert rows["sr"][:3] == ["sr", "latency", "8"] and rows["sr"][6] == "8 (100%)"  # no steps: all 'other'
+
+
 def test_latency_rows_count_the_problems_every_arm_solved_and_name_the_rest():
     """A run stopped between a problem's solves: ``tree`` has #2 (wrong) and ``tree-target`` not
     yet. Both rows count #0-#1 (accuracy, p50 side by side); ``tree``'s #2 is named as unpaired."""
@@ -651,9 +690,10 @@ def test_build_engine_passes_the_engine_settings_to_vllm(tmp_path, monkeypatch):
         build_engine("m", config)
     assert [k["max_num_seqs"] for k in made] == [100, 100]
     assert made[0]["speculative_config"] == {"model": str(tmp_path), "num_speculative_tokens": 3}  # the pair's default
-    assert made[1]["speculative_config"] is None
+    assert made[1]["speculative_config"] == {"method": "suffix", "num_speculative_tokens": 8}  # the draft's default
     made.clear()
-    for config in EnginePair(target=str(tmp_path), draft=str(tmp_path), target_spec="none").engines():
+    for config in EnginePair(target=str(tmp_path), draft=str(tmp_path), target_spec="none",
+                             draft_spec="none").engines():
         build_engine("m", config)
     assert [(k["max_num_seqs"], k["speculative_config"]) for k in made] == [(32, None), (32, None)]
 
@@ -707,3 +747,44 @@ def test_bench_command_on_real_vllm_survives_sigterm_and_resumes(tmp_path_factor
     assert 0 <= done["overhead"]["run_share"] < 1
     assert "target-only" in r.stdout and "specreason" in r.stdout  # the result table
     assert (run / "report.md").exists() and all((run / p).exists() for p in PLOTS)
+
+
+@pytest.mark.vllm
+@pytest.mark.pair
+def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance(tmp_path):
+    """Suffix decoding keeps earlier outputs across requests: without a reset, a second
+    target-only arm would replay the first arm's text at a higher acceptance. The bench resets
+    both engines' caches before every solve and every throughput wave, so two target-only arms
+    on the same problems read the same token-level counters, problem by problem. (The bundled
+    0.5B as the target: a tiny random model's text is predictable from its own prompt alone.)"""
+    from engine.models import BUNDLED_DRAFT, resolve_model
+
+    model = resolve_model(BUNDLED_DRAFT)
+    spec = BenchSpec(dataset="gsm8k", limit=2, target=model, draft=None, target_spec="suffix",
+                     strategies=("target-only", "again"), strategy_options={"again": {"strategy": "target-only"}},
+                     modes=("throughput", "latency"), max_step_tokens=48, max_tokens=48, max_steps=1,
+                     kv_cache_gib=0.5, max_model_len=1024)
+    run = tmp_path / "run"
+    asyncio.run(run_bench(spec, run))
+    for mode in ("", "_throughput"):
+        first, again = (read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl") for arm in ("target-only", "again"))
+        counters = [[r["stats"]["spec_decoding"]["target"] for r in sorted(rows, key=lambda r: r["doc_id"])]
+                    for rows in (first, again)]
+        assert counters[0] == counters[1] and all(c["num_drafts"] > 0 for c in counters[0])
+
+    # the same request twice without the reset does replay: the check above can fail
+    from engine.speculation import speculative_config
+    from engine.types import GenerationRequest, SamplingSpec
+    from pair_memory_probe import pair_engine
+
+    async def twice() -> list:
+        engine = pair_engine(model, "again", speculative_config("suffix"))
+        request = [GenerationRequest(first[0]["trace"]["question"], SamplingSpec(max_tokens=48))]
+        try:
+            return [(await engine.generate(request))[0].completion.spec_decoding.num_accepted_tokens
+                    for _ in range(2)]
+        finally:
+            await engine.close()
+
+    cold, replayed = asyncio.run(twice())
+    assert replayed > cold

@@ -152,15 +152,15 @@ def test_bench_opt_values_none_and_null_switch_an_option_off():
                                              "tolerance": 2}}}
 
 
-def _makefile_bench_runs(tmp_path, target="bench", **dirs):
-    """What `make bench` (or another bench ``target``) gives `stepspec bench` for each of its
+def _makefile_bench_runs(tmp_path, target="bench-verify", **dirs):
+    """What `make bench-verify` (or another bench ``target``) gives `stepspec bench` for each of its
     runs when they are new (as make expands it: `make -n`), keyed by output directory name."""
     import re
     import shlex
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    dirs = dirs or {"BENCH_DIR": "main", "BENCH_PLAN_DIR": "plan"}
+    dirs = dirs or {"VERIFY_DIR": "main", "BENCH_PLAN_DIR": "plan"}
     out = subprocess.run(["make", "-n", "-s", target, *(f"{k}={tmp_path / v}" for k, v in dirs.items())],
                          cwd=root, capture_output=True, text=True, check=True).stdout
     commands = [shlex.split(c) for c in re.findall(r"else (?:LD_PRELOAD=\S+ )?\S*stepspec bench (.*?); fi", out)]
@@ -190,8 +190,26 @@ def _bench_config(args, monkeypatch):
     return spec.model_dump(mode="json"), checked, {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms}
 
 
-def test_make_bench_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
-    """`make bench`'s two command lines, up to the engines: every arm builds its reasoner,
+def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(
+        tmp_path, monkeypatch):
+    """`make bench` up to the engines: the default specreason beside target-only and draft-only
+    (the pair's ceiling), in both modes, every engine setting at its default."""
+    from engine.config import EnginePair
+
+    (args,) = _makefile_bench_runs(tmp_path, "bench", BENCH_DIR="speed").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
+                    "draft-only": ("draft-only", None)}
+    assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
+    assert config["limit"] == 100 and config["throughput_wave"] == 25 and config["latency_strategies"] is None
+    pair = EnginePair()
+    assert {k: config[k] for k in ("target_spec", "draft_spec", "target_dtype", "draft_dtype")} == {
+        "target_spec": pair.target_spec, "draft_spec": pair.draft_spec, "target_dtype": "auto", "draft_dtype": "auto"}
+    assert checked["specreason"].options == {}  # the strategy's defaults
+
+
+def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
+    """`make bench-verify`'s two command lines, up to the engines: every arm builds its reasoner,
     and each run's config holds the arms, modes and limits."""
     runs = _makefile_bench_runs(tmp_path)
     assert sorted(runs) == ["main", "plan"]
@@ -199,6 +217,7 @@ def test_make_bench_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
         assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
         assert config["limit"] == 100 and config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 1.5
         assert config["max_tokens"] == 640 and config["target_spec"] == "suffix"
+        assert config["target_dtype"] == config["draft_dtype"] == "float32"  # as the committed runs ran
 
     config, checked, arms = _bench_config(runs["main"], monkeypatch)
     exact = checked["sr-lik-exact"].judge

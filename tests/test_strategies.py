@@ -268,7 +268,8 @@ def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writ
     # the target finds " 8" implausible (it would write " 9"), everything else plausible
     target = ScriptedEngine("target", continuation=target_writes, token_scores=lambda prefix, tokens: [
         (-9.0, 4, " 9") if t == " 8" or t == "So" else (-0.2, 1, None) for t in tokens])
-    trace = run(specreason(Q, first_target_steps=0, draft=draft, target=target, judge=LikelihoodJudge(target)))
+    trace = run(specreason(Q, first_target_steps=0, draft_after_cut=0, draft=draft, target=target,
+                           judge=LikelihoodJudge(target)))
     first, cut, last = trace.steps
     assert first.author == "draft" and first.accepted and first.cut is None
     assert cut.author == "target" and cut.text == "13 - 4 = 9 eggs." and cut.draft_text == "13 - 4 = 8 eggs."
@@ -280,6 +281,42 @@ def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writ
     # the judge scored each drafted step once, after the exact prefix the target continues
     assert [tokens for _, tokens in target.scored][1] == ["13", " -", " 4", " =", " 8", " eggs."]
     assert all(prefix.endswith(("<|assistant|>", "\n\n")) for prefix, _ in target.scored)
+
+
+def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts_on():
+    """draft_after_cut: the first cuts of a step cost the target one token each (the step stays
+    open and the draft drafts on, judged again); past the limit the target writes the rest."""
+    from judges.likelihood import LikelihoodJudge
+
+    def draft_writes(prompt: str) -> str:
+        if prompt.endswith("= 9"):
+            return " eggs and 8 left.\n\n"  # wrong again: the second cut of the step
+        if prompt.endswith("and 9"):
+            return " left.\n\n"
+        n = prompt.split("<|assistant|>")[-1].count("\n\n")
+        return ("16 - 3 = 13 eggs.\n\n", "13 - 4 = 8 eggs.\n\n", "So she makes \\boxed{18}.")[min(n, 2)]
+
+    def target_writes(prompt: str) -> str:
+        return {"13 - 4 =": " 9 eggs.\n\n", "eggs and": " 9 left.\n\n"}.get(prompt[-8:], "?\n\n")
+
+    def solve(**options):
+        target = ScriptedEngine("target", continuation=target_writes, token_scores=lambda prefix, tokens: [
+            (-9.0, 4, " 9") if t == " 8" else (-0.2, 1, None) for t in tokens])
+        return run(specreason(Q, first_target_steps=0, draft=ScriptedEngine("draft", continuation=draft_writes),
+                              target=target, judge=LikelihoodJudge(target), **options))
+
+    text = "16 - 3 = 13 eggs.\n\n13 - 4 = 9 eggs and 9 left.\n\nSo she makes \\boxed{18}."
+    default = solve()  # draft_after_cut=2: both cuts of step 2 cost the target a token
+    assert default.text == text and default.answer == "18"
+    steps = default.steps
+    assert [(s.author, s.complete, s.num_target_tokens) for s in steps] == [
+        ("draft", True, 0), ("target", False, 1), ("target", False, 1), ("draft", True, 0), ("draft", True, 0)]
+    assert steps[1].text == "13 - 4 = 9" and steps[1].num_kept_tokens == 4 and steps[1].cut["token"] == " 8"
+    assert steps[2].text == " eggs and 9" and steps[2].num_kept_tokens == 2
+    assert default.num_target_tokens == 2 and default.num_cut_steps == 2
+    once = solve(draft_after_cut=1)  # the second cut of the step: the target writes the rest
+    assert once.text == text and [(s.complete, s.num_target_tokens) for s in once.steps[1:3]] == [(False, 1), (True, 2)]
+    assert once.steps[2].text == " eggs and 9 left."
 
 
 def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheaper_under_load():

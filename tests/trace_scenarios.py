@@ -153,7 +153,7 @@ def scenarios() -> dict[str, Callable[[], Awaitable[Any]]]:
 
     def cut_specreason():
         target = cutting_target()
-        return specreason(Q, first_target_steps=0, draft=script(*cut_draft), target=target,
+        return specreason(Q, first_target_steps=0, draft_after_cut=0, draft=script(*cut_draft), target=target,
                           judge=LikelihoodJudge(target), **b)
 
     def cut_lookahead():

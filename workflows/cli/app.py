@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import typer
@@ -89,6 +90,8 @@ TARGET = _opt(RunSettings, "target")
 DRAFT = _opt(RunSettings, "draft")
 TARGET_SPEC = _opt(RunSettings, "target_spec", "--spec")
 DRAFT_SPEC = _opt(RunSettings, "draft_spec")
+TARGET_DTYPE = _opt(RunSettings, "target_dtype")
+DRAFT_DTYPE = _opt(RunSettings, "draft_dtype")
 NUM_SPECULATIVE_TOKENS = _opt(RunSettings, "num_speculative_tokens")
 TARGET_URL = _opt(RunSettings, "target_url", more="--target is then the model name it serves.")
 DRAFT_URL = _opt(RunSettings, "draft_url", more="--draft is then the model name it serves.")
@@ -154,6 +157,17 @@ def models_prepare(
         with _prepare_progress() as on_progress:
             path = prepare(name, force=force, on_progress=on_progress)
         console.print(f"{preset.name}: {path}")
+        if preset.role in ("target", "draft"):
+            _print_dtype(preset.name, path)
+
+
+def _print_dtype(name: str, path: Path) -> None:
+    """What ``dtype=auto`` computes a model in on this machine, and why (a CPU's first time: the timed probe)."""
+    from engine.dtype import choose_dtype
+    from engine.vllm_backend import is_cpu_build
+
+    choice = choose_dtype("auto", str(path), cpu=is_cpu_build())
+    console.print(f"{name}: dtype auto -> {choice.dtype} ({choice.reason})")
 
 
 @contextlib.contextmanager
@@ -290,6 +304,8 @@ def solve(
     draft: str = DRAFT,
     target_spec: str = TARGET_SPEC,
     draft_spec: str = DRAFT_SPEC,
+    target_dtype: str = TARGET_DTYPE,
+    draft_dtype: str = DRAFT_DTYPE,
     num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
     target_url: Optional[str] = TARGET_URL,
     draft_url: Optional[str] = DRAFT_URL,
@@ -562,6 +578,8 @@ def bench(
     draft: str = DRAFT,
     target_spec: str = TARGET_SPEC,
     draft_spec: str = DRAFT_SPEC,
+    target_dtype: str = TARGET_DTYPE,
+    draft_dtype: str = DRAFT_DTYPE,
     num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
     target_url: Optional[str] = TARGET_URL,
     draft_url: Optional[str] = DRAFT_URL,
@@ -642,6 +660,16 @@ def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds
     console.print(f"report: {path}")
 
 
+@bench_app.command("headline")
+def bench_headline(readme: str = typer.Argument("README.md", help="The file whose headline block to rebuild.")) -> None:
+    """Rebuild the headline results table in README.md (between '<!-- headline: RUN_DIR ... -->' and
+    '<!-- /headline -->') from the committed runs it names."""
+    from workflows.eval.report import update_headline
+
+    changed = update_headline(readme)
+    console.print(f"{readme}: headline table {'rebuilt' if changed else 'already current'}")
+
+
 def _run_cancellable(make: Callable[[], Awaitable[T]]) -> T:
     """``asyncio.run(make())``, where Ctrl-C or ``kill`` (SIGTERM) cancels the task: its
     ``finally`` blocks save what is done and stop the engines (vLLM's engine process
@@ -676,6 +704,8 @@ def router_collect(
     draft: str = DRAFT,
     target_spec: str = TARGET_SPEC,
     draft_spec: str = DRAFT_SPEC,
+    target_dtype: str = TARGET_DTYPE,
+    draft_dtype: str = DRAFT_DTYPE,
     max_tokens: int = MAX_TOKENS,
     max_step_tokens: int = MAX_STEP_TOKENS,
     max_steps: int = MAX_STEPS,

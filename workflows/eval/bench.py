@@ -52,6 +52,7 @@ that solved it, and per-problem speedups pair solves of one session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -290,6 +291,14 @@ def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, 
     }
 
 
+def _config_as_run(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's config, as it ran: a run from before engines took a dtype computed in
+    float32 on a CPU (what ``auto`` meant then), so a resume keeps it so, not ``auto``'s choice now."""
+    config = saved["config"]
+    on_gpu = any((s.get("hardware") or {}).get("gpu") for s in (saved.get("run") or {}).get("sessions", []))
+    return {**{key: "float32" for key in ("target_dtype", "draft_dtype") if not on_gpu}, **config}
+
+
 async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool = False,
                     engines: tuple[Engine, Engine | None] | None = None,
                     progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None) -> dict[str, Any]:
@@ -307,7 +316,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         files = RunFiles(run_dir, find_results(run_dir))
         saved = json.loads(files.results.read_text())
         try:
-            spec = BenchSpec.model_validate(saved["config"])
+            spec = BenchSpec.model_validate(_config_as_run(saved))
         except (KeyError, ValidationError) as e:
             raise BenchError(f"{files.results}: its config cannot be read back ({e})") from e
     else:
@@ -426,14 +435,15 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         owned = list(built.values())
     else:
         (target, draft), owned = engines, []
-    # Latency mode resets both prefix caches before every solve; an engine that cannot (a
-    # server, unless its backend offers it) is named in the session and the report.
+    # Every solve (latency) and every arm's wave (throughput) starts cold: both engines' prefix
+    # caches and token-speculation caches are reset first; an engine that cannot (a server,
+    # unless its backend offers it) is named in the session and the report.
     resettable = {role: e for role, e in (("target", target), ("draft", draft)) if e is not None}
-    session["prefix_cache_reset"] = {role: hasattr(e, "reset_prefix_cache") for role, e in resettable.items()}
+    session["prefix_cache_reset"] = {role: hasattr(e, "reset_caches") for role, e in resettable.items()}
     for role, ok in session["prefix_cache_reset"].items():
         if not ok:
-            logger.warning("the %s engine (%s) cannot reset its prefix cache: it carries over between solves, "
-                           "so later solves of a problem may be served from it; compare arms on in-process "
+            logger.warning("the %s engine (%s) cannot reset its caches: its prefix cache carries over between "
+                           "solves, so later solves of a problem may be served from it; compare arms on in-process "
                            "engines for latency", role, resettable[role].name)
     # The engines are built (models resolved, not loaded yet): from here on the run has files.
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -448,7 +458,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         t_reset = time.perf_counter()
         for role, engine in resettable.items():
             if session["prefix_cache_reset"][role]:
-                await engine.reset_prefix_cache()
+                await engine.reset_caches()
         session["reset_seconds"] += time.perf_counter() - t_reset
 
     def append(record: dict[str, Any], mode: str) -> None:
@@ -573,6 +583,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
             if engine is not None:
                 await engine.start()
         session["startup_seconds"] = time.perf_counter() - t0
+        # What each engine computes in and why (dtype "auto": measured on this machine)
+        session["engines"] = {role: dataclasses.asdict(e.info) for role, e in resettable.items()}
         # First-call costs (compilation, the embedder's load) off the clock: one small solve each.
         for reasoner in latency_reasoners.values():
             await reasoner.asolve("What is 2 + 3?")

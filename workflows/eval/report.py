@@ -42,12 +42,23 @@ and each mode, latency and throughput, is summarized on its own):
 * judge seconds per drafted step: the judge's seconds summed over the traces /
   drafted steps; and its ratio to the same figure of the arm using the ``score``
   judge (in the same mode), when the run has one.
+* phase profile (:func:`phase_profile`): where an arm's wall time went, summed over its
+  traces: the draft writing (every drafted token, kept or not), the target writing, the
+  verifier (the judge's calls: for the likelihood verifier one prefill per drafted step),
+  and the rest (scheduling, waiting for the other engine's batch, orchestration); each
+  author's tokens per second of its own time.
+* ceiling: the pair's best case, ``draft-only``'s speedup over the baseline (the draft
+  writing everything); an arm's *share of the ceiling* is the share of the time the
+  ceiling saves that the arm saves: (1 − 1/s) / (1 − 1/c) for speedup s and ceiling c
+  (medians in latency mode). Example: ceiling 2.5× (saves 60% of the time), an arm at
+  1.3× (saves 23%): 38% of the ceiling; an arm slower than the baseline has a negative share.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -57,6 +68,8 @@ import numpy as np
 PLOTS = ("accuracy_vs_speedup.png", "latency_cdf.png", "acceptance_by_position.png")
 PAIRED_BASELINES = {"tree": "tree-target", "best-of-n": "best-of-n-target"}
 MODES = ("throughput", "latency")  # the order of the report's rows
+CEILING = "draft-only"  # the strategy whose speedup is the pair's ceiling
+PHASES = ("draft", "target", "verify", "other")
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -85,6 +98,44 @@ def _judge_seconds(record: dict) -> float:
 def _stat_total(stats: list[dict], key: str) -> int | None:
     """A counter summed over the samples; None when the samples predate it."""
     return sum(s[key] for s in stats) if stats and all(key in s for s in stats) else None
+
+
+def phase_profile(rows: list[dict]) -> dict[str, Any]:
+    """Where an arm's time went, over its sample records: seconds per phase (``draft``: the
+    draft writing, kept or not; ``target``: the target writing; ``verify``: the judge; ``other``:
+    the wall time left, scheduling and orchestration), their shares of the wall time, each
+    phase's tokens and tokens per second (``verify``: drafted tokens judged), and the drafted
+    tokens a cut threw away. Strategies whose calls overlap (lookahead) or whose discarded
+    branches are not steps of the trace (tree, best-of-n) leave ``other`` as the remainder,
+    negative where calls overlapped.
+
+    Example: one trace of 10 s, a drafted step of 40 tokens in 2 s, judged in 0.5 s and cut
+    after 30, and the target's 12 tokens after the cut in 1.5 s, plus a 60-token opening by the
+    target in 5 s: draft 2 s (20 tok/s), target 6.5 s (72 tokens, 11 tok/s), verify 0.5 s (40
+    tokens), other 1 s; 10 drafted tokens thrown away."""
+    wall = sum(r["seconds"] for r in rows)
+    steps = [step for r in rows for step in r["trace"]["steps"]]
+    seconds = {"draft": sum(step.get("draft_seconds", 0.0) for step in steps),
+               "target": sum(step.get("target_seconds", 0.0) for step in steps),
+               "verify": sum(_judge_seconds(r) for r in rows)}
+    seconds["other"] = wall - sum(seconds.values())
+    judged = [step for step in steps if step.get("accepted") is not None]
+    tokens = {"draft": sum(step["num_draft_tokens"] for step in steps),
+              "target": sum(step["num_target_tokens"] for step in steps),
+              "verify": sum(step["num_draft_tokens"] for step in judged)}
+    return {"wall_seconds": wall, "seconds": seconds,
+            "share": {phase: _ratio(seconds[phase], wall) for phase in PHASES},
+            "tokens": tokens,
+            "tokens_per_second": {phase: _ratio(tokens[phase], seconds[phase]) for phase in tokens},
+            "num_wasted_draft_tokens": sum(step["num_draft_tokens"] - step.get("num_kept_tokens", 0)
+                                           for step in judged if not step["accepted"])}
+
+
+def share_of_ceiling(speedup: float | None, ceiling: float | None) -> float | None:
+    """The share of the time the ceiling saves that ``speedup`` saves (module docstring)."""
+    if speedup is None or ceiling is None or ceiling <= 1:
+        return None
+    return (1 - 1 / speedup) / (1 - 1 / ceiling)
 
 
 def same_session(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -160,6 +211,7 @@ def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[st
         m["num_backoff_steps"] = _stat_total(stats, "num_backoff_steps")
         m["judge_seconds"] = sum(_judge_seconds(r) for r in rows)
         m["judge_seconds_per_drafted_step"] = _ratio(m["judge_seconds"], drafted)
+        m["profile"] = phase_profile(rows)
         out[strategy] = m
     score_arm = next((a for a, m in out.items() if (judges or {}).get(a) == "score"
                       and m["judge_seconds_per_drafted_step"]), None)
@@ -277,6 +329,12 @@ def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
             "output_tokens_per_second": _ratio((m["num_tokens_mean"] or 0) * m["num_problems"], mine or 0),
             "speedup": base_paired / mine_paired if paired else None, "over": over if paired else None,
             "other_session": bool(timed) and not paired}
+    ceiling_arm = next((arm for arm in results["config"]["strategies"] if arm_strategy(arm, results) == CEILING), None)
+    for summary, speed in ((lat, lambda m: m["speedup"]["median"]), (tp, lambda m: m["throughput"]["speedup"])):
+        ceiling = speed(summary[ceiling_arm]) if ceiling_arm in summary else None
+        for m in summary.values():
+            m["ceiling"] = None if ceiling is None else {"arm": ceiling_arm, "speedup": ceiling,
+                                                         "share": share_of_ceiling(speed(m), ceiling)}
     return lat, tp
 
 
@@ -399,6 +457,9 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
     summaries = {"latency": results.get("results") or {}, "throughput": results.get("results_throughput") or {}}
     header = ["arm", "mode", "n", f"accuracy ({primary})", f"vs {baseline}: lost / gained / net", "wall s",
               "speedup", "step acc", "target tok share", "cut steps", "backoff steps", "judge s / drafted step"]
+    with_ceiling = any(m.get("ceiling") for summary in summaries.values() for m in summary.values())
+    if with_ceiling:
+        header.insert(7, "share of ceiling")
     rows = []
     for arm in results["config"]["strategies"]:
         for mode in MODES:
@@ -430,8 +491,11 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
             cut = m.get("num_cut_steps")
             judge = m.get("judge_seconds_per_drafted_step")
             vs_score = m.get("judge_seconds_vs_score")
+            ceiling = m.get("ceiling")
             rows.append([
                 arm, mode, _num_problems(m), _accuracy(m, primary), vs, wall, speed,
+                *([] if not with_ceiling else ["-" if not ceiling or ceiling["share"] is None else
+                                               f"{ceiling['share']:.0%} of {ceiling['speedup']:.2f}×"]),
                 _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
                 "-" if cut is None or not drafted else f"{cut} ({cut / drafted:.0%})",
                 _fmt(m.get("num_backoff_steps"), "d"),
@@ -439,6 +503,66 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
                                                             else f" ({vs_score['ratio']:.2g}× {vs_score['over']})"),
             ])
     return header, rows
+
+
+def profile_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """One row per arm and mode: seconds per phase with their shares of the wall time, and each
+    author's tokens per second (:func:`phase_profile`)."""
+    summaries = {"latency": results.get("results") or {}, "throughput": results.get("results_throughput") or {}}
+    header = ["arm", "mode", "wall s", "draft writing", "target writing", "verification", "other",
+              "draft tok/s", "target tok/s", "verified tok/s", "drafted tokens thrown away"]
+    rows = []
+    for arm in results["config"]["strategies"]:
+        for mode in MODES:
+            m = summaries[mode].get(arm)
+            if m is None or not m["num_problems"]:
+                continue
+            p = m["profile"]
+            rows.append([arm, mode, _seconds(p["wall_seconds"]),
+                         *[f"{_seconds(p['seconds'][phase])} ({_fmt(p['share'][phase], '.0%')})" for phase in PHASES],
+                         *[_fmt(p["tokens_per_second"][phase], ".1f") for phase in ("draft", "target", "verify")],
+                         f"{p['num_wasted_draft_tokens']} of {p['tokens']['draft']}" if p["tokens"]["draft"] else "-"])
+    return header, rows
+
+
+HEADLINE = re.compile(r"(<!-- headline: (?P<runs>[^>]*?) -->\n)(?P<table>.*?)(<!-- /headline -->)", re.S)
+
+
+def headline_table(run_dirs: list[str | Path], root: Path | None = None) -> str:
+    """The headline results of committed runs as one markdown table: per run, arm and mode,
+    accuracy paired against the baseline beside every speed, the share of the ceiling where the
+    run has one, and the target's token share; each run linked to its report (paths relative
+    to ``root``, the README's folder)."""
+    header = ["run", "arm", "mode", "n", "accuracy", "vs target-only: lost / gained / net", "speed vs target-only",
+              "share of ceiling", "target tok share"]
+    rows = []
+    for run_dir in map(Path, run_dirs):
+        results, _, _ = recompute(run_dir)
+        report = (run_dir / "report.md").relative_to(root) if root else run_dir / "report.md"
+        _, comparison = comparison_table(results)
+        columns = comparison_table(results)[0]
+        for row in comparison:
+            cell = dict(zip(columns, row))
+            rows.append([f"[{run_dir.name}]({report.as_posix()})", cell["arm"], cell["mode"], cell["n"],
+                         cell[columns[3]], cell[columns[4]], cell["speedup"] if cell["mode"] == "latency"
+                         else f"{cell['speedup']} ({cell['wall s']} s)", cell.get("share of ceiling", "-"),
+                         cell["target tok share"]])
+    return markdown_table(header, rows) + "\n"
+
+
+def update_headline(readme: str | Path) -> bool:
+    """Rebuild the headline table between ``<!-- headline: RUN_DIR ... -->`` and
+    ``<!-- /headline -->`` in ``readme`` from those runs' files; True if it changed."""
+    path = Path(readme)
+    text = path.read_text()
+    match = HEADLINE.search(text)
+    if match is None:
+        raise ValueError(f"{path}: no '<!-- headline: RUN_DIR ... -->' ... '<!-- /headline -->' block to fill")
+    table = headline_table([path.parent / d for d in match["runs"].split()], root=path.parent)
+    new = text[:match.start("table")] + table + text[match.end("table"):]
+    if new != text:
+        path.write_text(new)
+    return new != text
 
 
 def wave_table(results: dict[str, Any], throughput: dict[str, list[dict]]) -> tuple[list[str], list[list[str]]]:
@@ -605,12 +729,25 @@ def write_report(run_dir: str | Path) -> Path:
     if comparison[1]:
         lines += ["## Comparison", "", markdown_table(*comparison), "",
                   "Lost / gained / net: problems the baseline solves that the arm misses, the reverse, and lost − "
-                  "gained (the same problems in the same mode). Cut steps: drafted steps cut inside (share of the "
+                  "gained (the same problems in the same mode). "
+                  + ("Share of ceiling: of the time `draft-only` (the pair's ceiling, its speedup after 'of') saves "
+                     "against the baseline, the share the arm saves, (1 − 1/speedup) / (1 − 1/ceiling), medians in "
+                     "latency mode. " if any("share of ceiling" == h for h in comparison[0]) else "")
+                  + "Cut steps: drafted steps cut inside (share of the "
                   "drafted steps). Backoff steps: steps the target wrote because drafting did not pay at that load. "
                   "Judge s / drafted step: the judge's time over the drafted steps, and its ratio to the `score` "
                   "judge's arm.", ""]
         judges = arm_judges(results, {**throughput, **latency})
         lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config["strategies"]], ""]
+    profile = profile_table(results)
+    if profile[1]:
+        lines += ["## Where the time goes", "", markdown_table(*profile), "",
+                  "Seconds summed over each arm's traces, with their share of its wall time: the draft writing "
+                  "(every drafted token, kept or not), the target writing (its own steps and the rest of a cut step), "
+                  "verification (the judge's calls), and the rest (scheduling, waiting, orchestration; negative "
+                  "where a strategy's calls overlap). Tokens per second of each author's own time; verified: drafted "
+                  "tokens judged per second of verification. Under load (throughput) a trace's seconds include "
+                  "waiting for the batch it shares.", ""]
     if len(run["problem_ids"]) > (config.get("throughput_wave") or math.inf) and any(throughput.values()):
         lines += ["## Throughput waves", "", markdown_table(*wave_table(results, throughput)), "",
                   ("Wall s (session): the wave's wall time and the session that timed it (listed below). Lost / "
@@ -636,7 +773,9 @@ def write_report(run_dir: str | Path) -> Path:
         f"{config['max_step_tokens']} per step, {config['max_steps']} steps."
         + (f" The {' and '.join(no_reset)} engine could not reset its prefix cache (a server): it carried over "
            "between solves." if no_reset else ""),
-        f"Hardware: {hw.get('cpu_count')} CPUs ({hw.get('machine')}), GPU: {hw.get('gpu') or 'none'}. "
+        f"Hardware: {hw.get('cpu_count')} CPUs ({hw.get('machine')}"
+        + (f", {hw['cpu']}, native bf16: {', '.join(hw['bf16_flags']) or 'none'}" if hw.get("cpu") else "")
+        + f"), GPU: {hw.get('gpu') or 'none'}. "
         f"Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "platform")
         + f". Git: `{results.get('git_hash')}`.",
         "",
@@ -647,6 +786,11 @@ def write_report(run_dir: str | Path) -> Path:
                     + ")" for i, s in enumerate(sessions, 1)) + ".",
         "",
     ]
+    engines = sessions[-1].get("engines") if sessions else None
+    if engines:
+        lines += ["Engines (last session): " + "; ".join(
+            f"{role} computes in {e.get('dtype') or '?'}" + (f" ({e['dtype_reason']})" if e.get("dtype_reason") else "")
+            for role, e in engines.items()) + ".", ""]
     if any(latency.values()):
         lines += ["Speedup is per problem (target-only seconds / strategy seconds), then median and geometric mean. "
                   "Orchestration is the share of wall time with no model call in flight.", ""]
