@@ -9,7 +9,7 @@ export TOKENIZERS_PARALLELISM ?= false
 IOMP = $(abspath $(wildcard $(VENV)/lib/libiomp5.so))
 RUN_FAST = $(if $(IOMP),LD_PRELOAD=$(IOMP))
 
-.PHONY: setup demo test test-fast bench bench-verify bench-engines bench-tokens router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -20,6 +20,10 @@ setup:
 # inside the 1.5B, the 0.5B also drafts tokens. The trace streams as it grows.
 demo: setup
 	$(RUN_FAST) $(VENV)/bin/stepspec solve --dataset gsm8k --index 0 --strategy specreason --spec draft
+
+# The demo's reasoning time against the same command with --strategy target-only, 3 runs each.
+demo-speed: setup
+	$(RUN_FAST) $(VENV)/bin/python benchmarks/demo_speed.py --json benchmarks/measured/demo_cpu/demo.json
 
 # The whole test suite, real vLLM and the real pair included.
 test: setup

@@ -35,6 +35,9 @@ VERBOSE_ENV = "STEPSPEC_VERBOSE"  # 0, 1, 2: the verbosity when no -v is given
 KEEP_DAYS = 7  # run logs older than this are removed (by age: a run still writing is never touched)
 
 CONSOLE_LEVELS = ("ERROR", "WARNING", "INFO")
+# stepspec's own loggers: their INFO lines (what each engine computes in and why, ...) go to the
+# run log too; the console shows them by the verbosity, as vLLM's.
+OWN_LOGGERS = ("engine", "orchestrator", "judges", "routers", "workflows")
 
 
 def verbosity_from_env(flag_count: int = 0) -> int:
@@ -70,7 +73,8 @@ def logging_config(log_file: Path, verbosity: int) -> dict:
             "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                         "formatter": "plain", "level": console_level},
         },
-        "loggers": {"vllm": {"handlers": ["file", "console"], "level": "INFO", "propagate": False}},
+        "loggers": {"vllm": {"handlers": ["file", "console"], "level": "INFO", "propagate": False},
+                    **{name: {"handlers": ["file"], "level": "INFO", "propagate": True} for name in OWN_LOGGERS}},
     }
 
 

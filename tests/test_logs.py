@@ -10,14 +10,15 @@ from engine import logs
 
 @pytest.fixture(autouse=True)
 def vllm_logger_restored():
-    """These tests configure the 'vllm' logger in this process: put it back as it was."""
-    vllm_logger = logging.getLogger("vllm")
-    saved = vllm_logger.handlers[:], vllm_logger.level, vllm_logger.propagate
+    """These tests configure the 'vllm' logger and stepspec's in this process: put them back as they were."""
+    loggers = [logging.getLogger(name) for name in ("vllm", *logs.OWN_LOGGERS)]
+    saved = [(lg.handlers[:], lg.level, lg.propagate) for lg in loggers]
     yield
-    for handler in vllm_logger.handlers:
-        if handler not in saved[0]:
-            handler.close()
-    vllm_logger.handlers[:], vllm_logger.level, vllm_logger.propagate = saved
+    for lg, (handlers, level, propagate) in zip(loggers, saved):
+        for handler in lg.handlers:
+            if handler not in handlers:
+                handler.close()
+        lg.handlers[:], lg.level, lg.propagate = handlers, level, propagate
 
 
 def test_console_level_follows_verbosity_and_the_file_takes_everything(tmp_path):
@@ -38,6 +39,14 @@ def test_the_config_routes_vllm_lines_to_the_file_and_only_errors_to_the_console
     assert "EngineCore died" in err and "Triton" not in err and "engine started" not in err
     text = log_file.read_text()
     assert all(m in text for m in ("engine started", "Triton is not installed", "EngineCore died"))
+
+
+def test_stepspecs_own_info_lines_go_to_the_run_log(tmp_path, capsys):
+    """What an engine computes in and why is an INFO line of stepspec's: in the run log always."""
+    log_file = tmp_path / "run.log"
+    logging.config.dictConfig(logs.logging_config(log_file, 0))
+    logging.getLogger("engine.vllm_backend").info("engine 'target': dtype bfloat16 (measured)")
+    assert "dtype bfloat16 (measured)" in log_file.read_text()
 
 
 def test_verbosity_is_the_larger_of_the_flags_and_the_environment(monkeypatch):

@@ -49,7 +49,6 @@ err_console = Console(stderr=True)
 
 
 # The packages whose warnings the console shows at verbosity 0 (anything at ERROR shows).
-_OWN_LOGGERS = ("engine", "orchestrator", "judges", "routers", "workflows")
 VERBOSE = typer.Option(0, "--verbose", "-v", count=True,
                        help="Show vLLM's warnings (-v) or all its logs (-vv); also $STEPSPEC_VERBOSE. "
                             "They always go to a log file (its tail is shown on an engine failure).")
@@ -122,7 +121,7 @@ MAX_GAMMA = _one_option("lookahead", "max_gamma", about="upper bound of the adap
 def _setup_logging(verbose: int) -> None:
     """Quiet by default: vLLM's lines (this process and its engine subprocesses) go to a
     log file; the console shows stepspec's own warnings and anyone's errors."""
-    from engine.logs import log_dir, route_vllm_logs, verbosity_from_env
+    from engine.logs import OWN_LOGGERS, log_dir, route_vllm_logs, verbosity_from_env
 
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
     verbosity = verbosity_from_env(verbose)
@@ -130,7 +129,9 @@ def _setup_logging(verbose: int) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     if verbosity == 0:
-        handler.addFilter(lambda r: r.levelno >= logging.ERROR or r.name.split(".")[0] in _OWN_LOGGERS)
+        handler.addFilter(lambda r: r.levelno >= logging.ERROR or r.name.split(".")[0] in OWN_LOGGERS)
+    # stepspec's own INFO lines reach the console at -vv only (the run log has them always)
+    handler.setLevel(logging.INFO if verbosity > 1 else logging.WARNING)
     logging.basicConfig(level=logging.INFO if verbosity > 1 else logging.WARNING, handlers=[handler], force=True)
 
 
