@@ -151,6 +151,19 @@ def test_resume_after_ctrl_c_gives_the_same_results_as_an_uninterrupted_run(tmp_
         assert untimed(a) == untimed(b)
 
 
+def test_a_run_from_before_engines_took_a_dtype_resumes_in_float32_as_it_ran(tmp_path):
+    data = write_problems(tmp_path / "add.jsonl", 2)
+    asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+    (results_file,) = (tmp_path / "run").glob("results_*.json")
+    saved = json.loads(results_file.read_text())
+    assert saved["config"]["target_dtype"] == saved["config"]["draft_dtype"] == "auto"  # a new run: auto
+    for key in ("target_dtype", "draft_dtype"):
+        del saved["config"][key]  # as an older run saved it: on a CPU, auto meant float32 then
+    results_file.write_text(json.dumps(saved))
+    resumed = asyncio.run(run_bench(spec_for(data), tmp_path / "run", resume=True, engines=engines()))
+    assert resumed["config"]["target_dtype"] == resumed["config"]["draft_dtype"] == "float32"
+
+
 def test_a_run_directory_is_not_overwritten_and_a_broken_samples_file_is_named(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 2)
     asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
@@ -672,6 +685,30 @@ def test_report_of_a_committed_run_rebuilds(tmp_path):
     assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in report
     assert "* `specreason`: `specreason`; judge `score`" in report  # told by its steps (the default then)
     assert all((run / p).stat().st_size > 1000 for p in PLOTS)
+
+
+def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_current(tmp_path):
+    import shutil
+
+    from workflows.eval.report import HEADLINE, update_headline
+
+    shutil.copytree(Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "gsm8k30_cpu",
+                    tmp_path / "runs" / "gsm8k30_cpu")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- headline: runs/gsm8k30_cpu -->\nold table\n<!-- /headline -->\nrest\n")
+    assert update_headline(readme) and not update_headline(readme)  # built, then already current
+    text = readme.read_text()
+    assert "old table" not in text and text.endswith("<!-- /headline -->\nrest\n")
+    assert "| [gsm8k30_cpu](runs/gsm8k30_cpu/report.md) | specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in text
+    readme.write_text("no block")
+    with pytest.raises(ValueError, match="no '<!-- headline"):
+        update_headline(readme)
+    # the README's own table is the one its committed runs give
+    root = Path(__file__).resolve().parent.parent
+    block = HEADLINE.search((root / "README.md").read_text())
+    assert block is not None, "README.md has no headline block"
+    from workflows.eval.report import headline_table
+    assert block["table"] == headline_table([root / d for d in block["runs"].split()], root=root)
 
 
 def test_build_engine_passes_the_engine_settings_to_vllm(tmp_path, monkeypatch):

@@ -464,8 +464,8 @@ def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]
     for arm in results["config"]["strategies"]:
         for mode in MODES:
             m = summaries[mode].get(arm)
-            if m is None:
-                continue
+            if m is None or (mode == "throughput" and m["throughput"]["status"] is None and not m["num_problems"]):
+                continue  # not run in this mode yet
             paired = m.get("paired")
             if paired is None:
                 vs = "-"
