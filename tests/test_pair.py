@@ -253,9 +253,28 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
         runner.run(draft.close())
     assert kept > 0 and cut > 0  # the draft's agreeing tokens stayed, and the verifier cut where it disagreed
     assert cached.num_cached_prompt_tokens > 0 and fresh.num_cached_prompt_tokens == 0
-    assert [(t.token_id, t.rank, [i for i, _ in t.top]) for t in cached.tokens] == [
-        (t.token_id, t.rank, [i for i, _ in t.top]) for t in fresh.tokens]
-    assert max(abs(a.logprob - b.logprob) for a, b in zip(cached.tokens, fresh.tokens)) < 1e-3
+    assert [t.token_id for t in cached.tokens] == [t.token_id for t in fresh.tokens]
+    drift = max(abs(a.logprob - b.logprob) for a, b in zip(cached.tokens, fresh.tokens))
+    if target.dtype_choice.dtype == "float32":
+        assert [(t.rank, [i for i, _ in t.top]) for t in cached.tokens] == [
+            (t.rank, [i for i, _ in t.top]) for t in fresh.tokens]
+        assert drift < 1e-3
+    else:  # bf16 keeps 8 bits of mantissa: a prefill over fewer positions differs in the last bits, which
+        # moves logprobs by up to a tenth or so (a logit near 30 rounds at 30 * 2^-8 = 0.12; seen: 0.11)
+        # and so can swap near-tied candidates (seen: the target's top two at 0.02 apart). What the
+        # verifier reads (the drafted token's rank, the target's own token) is the same wherever no two
+        # of the top candidates are that close.
+        assert drift < 0.25, drift
+
+        def near_tie(t) -> bool:
+            lps = sorted((lp for _, lp in t.top), reverse=True)
+            return any(a - b < 2 * drift for a, b in zip(lps, lps[1:]))
+
+        differ = [(a, b) for a, b in zip(cached.tokens, fresh.tokens)
+                  if (a.rank, a.top[0][0]) != (b.rank, b.top[0][0])]
+        assert all(near_tie(a) and near_tie(b) for a, b in differ), differ
+        assert len(differ) <= len(cached.tokens) // 10, differ
+    print(f"cached vs fresh in {target.dtype_choice.dtype}: logprobs within {drift:.2g}")
     print(f"\nrank-1 likelihood on GSM8K {LOSSLESS_PROBLEMS}: {kept} drafted tokens kept, {cut} steps cut, "
           "text equal to target-only's")
 
