@@ -4,11 +4,6 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-# vLLM's CPU build wants Intel OpenMP preloaded for speculation: measured here, the
-# 1.5B decoded 1.1-1.3x faster with it (with and without draft-model speculation).
-IOMP = $(abspath $(wildcard $(VENV)/lib/libiomp5.so))
-RUN_FAST = $(if $(IOMP),LD_PRELOAD=$(IOMP))
-
 .PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
@@ -19,11 +14,11 @@ setup:
 # drafts each reasoning step, the 1.5B scores it and rewrites the rejected ones;
 # inside the 1.5B, the 0.5B also drafts tokens. The trace streams as it grows.
 demo: setup
-	$(RUN_FAST) $(VENV)/bin/stepspec solve --dataset gsm8k --index 0 --strategy specreason --spec draft
+	$(VENV)/bin/stepspec solve --dataset gsm8k --index 0 --strategy specreason --spec draft
 
 # The demo's reasoning time against the same command with --strategy target-only, 3 runs each.
 demo-speed: setup
-	$(RUN_FAST) $(VENV)/bin/python benchmarks/demo_speed.py --json benchmarks/measured/demo_cpu/demo.json
+	$(VENV)/bin/python benchmarks/demo_speed.py --json benchmarks/measured/demo_cpu/demo.json
 
 # The whole test suite, real vLLM and the real pair included.
 test: setup
@@ -85,9 +80,9 @@ bench-verify: setup
 define bench_run
 	@if ls $(1)/results_*.json >/dev/null 2>&1; then \
 		echo "resuming the run in $(1)"; \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench --resume $(1)$(if $(MODE), --mode $(MODE)); \
+		$(VENV)/bin/stepspec bench --resume $(1)$(if $(MODE), --mode $(MODE)); \
 	else \
-		$(RUN_FAST) $(VENV)/bin/stepspec bench $(2) --output-dir $(1); \
+		$(VENV)/bin/stepspec bench $(2) --output-dir $(1); \
 	fi
 endef
 
@@ -95,7 +90,7 @@ endef
 # machine, one engine at a time, with its CPU model (the bundled pair's defaults cite it).
 ENGINES_DIR ?= benchmarks/measured/engines_cpu
 bench-engines: setup
-	$(RUN_FAST) $(VENV)/bin/python benchmarks/engine_speeds.py --out $(ENGINES_DIR)
+	$(VENV)/bin/python benchmarks/engine_speeds.py --out $(ENGINES_DIR)
 
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
@@ -106,7 +101,7 @@ bench-tokens: setup
 # calls as the verifier's cut share).
 router: setup
 	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data
-	$(RUN_FAST) $(VENV)/bin/stepspec router verify runs/router-data
+	$(VENV)/bin/stepspec router verify runs/router-data
 	$(VENV)/bin/stepspec router train runs/router-data --out runs/router.pt
 
 # The router (ROUTER_FILE: the committed one, trained on benchmarks/measured/router_data_cpu;
@@ -142,4 +137,4 @@ bench-tree: setup
 # Token-level speculation across sibling samples (STAND's idea) inside tree-target and
 # best-of-n-target at temperature 0.7: suffix decoding and the draft model against none.
 bench-siblings: setup
-	$(RUN_FAST) $(VENV)/bin/python benchmarks/sibling_speculation.py --json benchmarks/measured/siblings_gsm8k_cpu/siblings.json
+	$(VENV)/bin/python benchmarks/sibling_speculation.py --json benchmarks/measured/siblings_gsm8k_cpu/siblings.json

@@ -799,7 +799,7 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
     model = resolve_model(BUNDLED_DRAFT)
     spec = BenchSpec(dataset="gsm8k", limit=2, target=model, draft=None, target_spec="suffix",
                      strategies=("target-only", "again"), strategy_options={"again": {"strategy": "target-only"}},
-                     modes=("throughput", "latency"), max_step_tokens=48, max_tokens=48, max_steps=1,
+                     modes=("throughput", "latency"), max_step_tokens=48, max_tokens=160, max_steps=8,
                      kv_cache_gib=0.5, max_model_len=1024)
     run = tmp_path / "run"
     asyncio.run(run_bench(spec, run))

@@ -613,6 +613,36 @@ def test_sync_tokenizer_methods_never_ask_the_server(stub, tokenizer_dir):
         _run(check(str(tokenizer_dir), tokenizer="/no/such/tokenizer"))
 
 
+# float32 on both sides, yet not the same arithmetic: the server and the in-process engine
+# batch the requests differently and hold different prefixes in their caches (cached
+# positions take another attention path), and this random model's large logits carry that
+# into its logprobs: up to 5e-4 apart, the same on every run. A wrong position is off by far more.
+FLOAT_NOISE = 1e-3
+
+
+def assert_same_ranking(got, want):
+    """The same (token id, logprob) list up to float noise: ids may differ only where the
+    reference has a near-tie (neighbours within FLOAT_NOISE) or in the last place (a near-tie
+    with the first token left out)."""
+    assert [lp for _, lp in got] == pytest.approx([lp for _, lp in want], abs=FLOAT_NOISE)
+    lps = [lp for _, lp in want]
+    for i, ((g, _), (w, lp)) in enumerate(zip(got, want)):
+        near = [lps[j] for j in (i - 1, i + 1) if 0 <= j < len(lps)]
+        assert g == w or i == len(want) - 1 or any(abs(lp - x) <= FLOAT_NOISE for x in near), (i, got, want)
+
+
+def assert_same_rank(rank, want, known=None):
+    """``rank`` is ``want``'s rank (capped at ``known``) up to near-ties: one place at the top,
+    where a top entry is within FLOAT_NOISE of the token; anywhere in the tail below the top
+    (this random model is flat there: 50 ranks span 0.04 nats, so float noise reorders it)."""
+    cap = (lambda r: min(r, known)) if known else (lambda r: r)
+    if cap(rank) == cap(want.rank):
+        return
+    if want.rank <= len(want.top) + 1:
+        assert abs(rank - want.rank) == 1 and any(abs(want.logprob - lp) <= FLOAT_NOISE for _, lp in want.top)
+    else:
+        assert rank > len(want.top) + 1, (rank, want)
+
 # -- real vLLM server ----------------------------------------------------------------
 
 
@@ -709,10 +739,11 @@ def test_matches_in_process_backend(served):
     assert [t.token_id for t in got] == [t.token_id for t in want]
     assert [t.token for t in got] == [t.token for t in want]
     for g, w in zip(got, want):
-        assert g.logprob == pytest.approx(w.logprob, abs=1e-4)
+        assert g.logprob == pytest.approx(w.logprob, abs=FLOAT_NOISE)
         assert TOP_K <= len(g.top) <= TOP_K + 1
-        assert [e[0] for e in g.top] == [e[0] for e in w.top]
-        assert [e[1] for e in g.top] == [e[1] for e in w.top]
+        assert_same_ranking([(e[0], e[2]) for e in g.top], [(e[0], e[2]) for e in w.top])
+        assert {e[0]: e[1] for e in g.top if e[0] in {x[0] for x in w.top}} == {
+            e[0]: e[1] for e in w.top if e[0] in {x[0] for x in g.top}}  # same texts
         assert [e[2] for e in g.top] == sorted((e[2] for e in g.top), reverse=True)
 
     # Next-token distribution: top_k entries, sorted, same top token id and text.
@@ -754,14 +785,13 @@ def test_score_continuations_match_in_process_backend(served):
         assert g.num_cached_prompt_tokens is None
         assert [t.token_id for t in g.tokens] == [t.token_id for t in w.tokens] == list(request.continuation)
         for gt, et, wt in zip(g.tokens, e.tokens, w.tokens):
-            assert gt.logprob == pytest.approx(wt.logprob, abs=1e-4)
-            assert et.logprob == pytest.approx(wt.logprob, abs=1e-4)
-            assert gt.rank == wt.rank
-            assert et.rank == min(wt.rank, request.top_k + 1)  # echo: ranks beyond top_k unknown
+            assert gt.logprob == pytest.approx(wt.logprob, abs=FLOAT_NOISE)
+            assert et.logprob == pytest.approx(wt.logprob, abs=FLOAT_NOISE)
+            assert_same_rank(gt.rank, wt)
+            assert_same_rank(et.rank, wt, known=request.top_k + 1)  # echo: ranks beyond top_k unknown
             assert len(gt.top) == len(et.top) == request.top_k
             for top in (gt.top, et.top):
-                assert [tid for tid, _ in top] == [tid for tid, _ in wt.top]
-                assert [lp for _, lp in top] == pytest.approx([lp for _, lp in wt.top], abs=1e-4)
+                assert_same_ranking(top, wt.top)
     assert (stats.num_requests, stats.num_output_tokens) == (3, 3)
     assert stats.num_prompt_tokens == sum(w.num_prompt_tokens for w in want)
 

@@ -1,6 +1,7 @@
 """The in-process vLLM backend on a tiny random model: real vLLM, seconds per engine."""
 
 import asyncio
+import os
 
 import pytest
 
@@ -9,6 +10,7 @@ from engine.protocol import Engine, EngineError
 from engine.types import FinishReason, GenerationRequest, SamplingSpec
 
 pytestmark = pytest.mark.vllm
+LD_PRELOAD_AT_IMPORT = os.environ.get("LD_PRELOAD")  # before any engine of this module starts
 
 PROMPTS = [
     "Step 1: 48 / 2 = 24. Step 2:",
@@ -23,6 +25,21 @@ def base(tiny_model_path, runner):
     runner.run(engine.start())
     yield engine
     runner.run(engine.close())
+
+
+def test_vllms_processes_run_intel_openmp_and_the_callers_environment_is_kept(base):
+    """On the CPU build the processes that run the model load Intel OpenMP (LD_PRELOAD set
+    while vLLM spawns them), without a Makefile; the caller's LD_PRELOAD is left as it was."""
+    import psutil
+
+    from engine.vllm_backend import INTEL_OPENMP, is_cpu_build
+
+    if not is_cpu_build():
+        pytest.skip("the CUDA build's processes keep their own OpenMP")
+    assert os.environ.get("LD_PRELOAD") == LD_PRELOAD_AT_IMPORT
+    children = psutil.Process().children(recursive=True)
+    loaded = {c.pid: any(m.path == INTEL_OPENMP for m in c.memory_maps()) for c in children}
+    assert loaded and all(loaded.values()), loaded
 
 
 def greedy(max_tokens=32, **kw):
