@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-tokens router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -91,6 +91,10 @@ endef
 ENGINES_DIR ?= benchmarks/measured/engines_cpu
 bench-engines: setup
 	$(VENV)/bin/python benchmarks/engine_speeds.py --out $(ENGINES_DIR)
+
+# Both engines at once against taking turns, sharing every core or one half each.
+bench-contention: setup
+	$(VENV)/bin/python benchmarks/engine_contention.py --json $(ENGINES_DIR)/contention.json
 
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py
