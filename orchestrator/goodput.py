@@ -14,10 +14,13 @@ the governor measures instead of guessing a count:
   of seconds per token of the trace's text, observed on finished steps.
 * *decision* before each step: alone (load 1) the draft always drafts (the
   latency case stepspec is for, and no batch to lose to). At a higher load,
-  until a mode has ``min_samples`` observations in the current bucket it is
-  tried (exploration; drafting first); then the mode with fewer seconds per
-  token wins, and every ``explore_every``-th decision in the bucket goes to the
-  other mode so its rate stays current.
+  until a mode has been tried ``min_samples`` times in the current bucket
+  (observed or still running) it is tried (exploration; drafting first); while
+  those tries are running the target writes (the baseline, never a loss); then
+  the mode with fewer seconds per token wins, and every ``explore_every``-th
+  decision in the bucket goes to the other mode so its rate stays current.
+  (Counting only finished tries, a wave of 25 problems that reach their first
+  decision together would all draft before the first drafted step is measured.)
 
 Worked example: alone, drafted steps cost 0.05 s/token and target steps 0.09:
 draft. With 60 problems in flight (bucket 32-63), drafted steps cost 0.40
@@ -43,6 +46,7 @@ class BucketRates:
 
     seconds_per_token: dict[StepMode, float] = field(default_factory=dict)
     num_samples: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    num_running: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
     num_decisions: int = 0
 
 
@@ -72,24 +76,26 @@ class GoodputGovernor:
         """Who writes the next step at the current load."""
         rates = self.buckets.setdefault(self.bucket(self.in_flight), BucketRates())
         rates.num_decisions += 1
-        n = rates.num_samples
-        if self.in_flight <= 1 or n[StepMode.DRAFT] < self.min_samples:
+        n, tried = rates.num_samples, {m: rates.num_samples[m] + rates.num_running[m] for m in StepMode}
+        if self.in_flight <= 1 or tried[StepMode.DRAFT] < self.min_samples:
             mode = StepMode.DRAFT
-        elif n[StepMode.TARGET] < self.min_samples:
+        elif tried[StepMode.TARGET] < self.min_samples or min(n.values()) < self.min_samples:
             mode = StepMode.TARGET
         else:
             spt = rates.seconds_per_token
             best = StepMode.DRAFT if spt[StepMode.DRAFT] <= spt[StepMode.TARGET] else StepMode.TARGET
             other = StepMode.TARGET if best is StepMode.DRAFT else StepMode.DRAFT
             mode = other if rates.num_decisions % self.explore_every == 0 else best
+        rates.num_running[mode] += 1
         self.num_decisions[mode] += 1
         return mode
 
     def observe(self, mode: StepMode, load: int, num_tokens: int, seconds: float) -> None:
         """A finished step: ``num_tokens`` of trace text in ``seconds``, begun at ``load``."""
+        rates = self.buckets.setdefault(self.bucket(load), BucketRates())
+        rates.num_running[mode] = max(0, rates.num_running[mode] - 1)
         if num_tokens < 1:
             return
-        rates = self.buckets.setdefault(self.bucket(load), BucketRates())
         x = seconds / num_tokens
         old = rates.seconds_per_token.get(mode)
         rates.seconds_per_token[mode] = x if old is None else self.smoothing * x + (1 - self.smoothing) * old

@@ -792,7 +792,8 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
     """Suffix decoding keeps earlier outputs across requests: without a reset, a second
     target-only arm would replay the first arm's text at a higher acceptance. The bench resets
     both engines' caches before every solve and every throughput wave, so two target-only arms
-    on the same problems read the same token-level counters, problem by problem. (The bundled
+    on the same problems read the same token-level counters, problem by problem (one at a time
+    exactly; two at once up to the order in which concurrent steps end). (The bundled
     0.5B as the target: a tiny random model's text is predictable from its own prompt alone.)"""
     from engine.models import BUNDLED_DRAFT, resolve_model
 
@@ -807,7 +808,13 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
         first, again = (read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl") for arm in ("target-only", "again"))
         counters = [[r["stats"]["spec_decoding"]["target"] for r in sorted(rows, key=lambda r: r["doc_id"])]
                     for rows in (first, again)]
-        assert counters[0] == counters[1] and all(c["num_drafts"] > 0 for c in counters[0])
+        assert all(c["num_drafts"] > 0 for c in counters[0])
+        if mode == "":
+            assert counters[0] == counters[1]
+        else:  # two problems at once: which request's step ends first varies by a token or two
+            for a, b in zip(*counters):
+                for key in ("num_drafts", "num_accepted_tokens"):
+                    assert abs(a[key] - b[key]) <= 0.1 * max(a[key], b[key]), (key, a, b)
 
     # the same request twice without the reset does replay: the check above can fail
     from engine.speculation import speculative_config

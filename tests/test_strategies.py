@@ -341,6 +341,24 @@ def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheap
     assert g.decide() is StepMode.DRAFT  # the load fell: draft again
 
 
+def test_goodput_governor_explores_with_tries_not_yet_measured_so_a_wave_does_not_all_draft():
+    """25 problems reach their first decision before any step finishes: min_samples of them
+    draft, min_samples are written by the target, and the rest by the target (the baseline)
+    until both modes are measured; then the cheaper mode per token."""
+    from orchestrator.goodput import GoodputGovernor, StepMode
+
+    g = GoodputGovernor(min_samples=3, explore_every=100)
+    for _ in range(25):
+        g.enter()
+    first = [g.decide() for _ in range(25)]
+    assert first == [StepMode.DRAFT] * 3 + [StepMode.TARGET] * 22
+    for mode, spt in ((StepMode.DRAFT, 0.1), (StepMode.TARGET, 0.3)):
+        for _ in range(3):
+            g.observe(mode, 25, 10, 10 * spt)
+    assert g.buckets[16].num_running == {StepMode.DRAFT: 0, StepMode.TARGET: 19}
+    assert g.decide() is StepMode.DRAFT  # measured: drafted steps cost a third per token
+
+
 @pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
 def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     """Many problems in flight, target steps measured cheaper per token: the target writes."""
