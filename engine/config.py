@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Union
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from engine.dtype import Dtype
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError, resolve_model
-from engine.speculation import METHODS, speculative_config
+from engine.speculation import AUTO_SPEC, METHODS, speculative_config
 
 if TYPE_CHECKING:
     from engine.models import PrepareProgress
@@ -239,11 +239,12 @@ class EnginePair(_Config):
     draft: str | None = Field(BUNDLED_DRAFT, description="Draft model: preset, local path or hub id (with a draft "
                               "URL: the model name its server serves).")
     # Defaults measured on the bundled pair (benchmarks/measured/engines_cpu, `make bench-engines`):
-    # the 1.5B decodes fastest with the 0.5B drafting its tokens (10.1 tok/s in bf16; suffix 9.3,
-    # none 6.5), the 0.5B with suffix decoding (24.4 tok/s; none 16.4, ngram 14.7).
-    target_spec: str = Field("draft", description="Token-level speculation inside the target: none, ngram, suffix, "
-                             "draft (the draft model drafts the target's tokens; none when the draft is not an "
-                             "in-process model).")
+    # the 0.5B decodes fastest with suffix decoding (24.4 tok/s; none 16.4, ngram 14.7); the
+    # target's method depends on what the strategy has it do (orchestrator.strategies.Strategy.target_spec).
+    target_spec: str = Field(AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
+                             "strategy's own: draft where the target writes most of the trace, suffix where it "
+                             "mostly verifies drafted steps), none, ngram, suffix, draft (the draft model drafts "
+                             "the target's tokens; none when the draft is not an in-process model).")
     draft_spec: str = Field("suffix", description="Token-level speculation inside the draft: none, ngram, suffix.")
     target_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the target's in-process engine computes "
                                "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
@@ -264,9 +265,10 @@ class EnginePair(_Config):
 
     @field_validator("target_spec", "draft_spec")
     @classmethod
-    def _known_method(cls, value: str) -> str:
-        if value not in METHODS:
-            raise ValueError(f"unknown speculation method '{value}'; choose one of: {', '.join(METHODS)}")
+    def _known_method(cls, value: str, info: ValidationInfo) -> str:
+        known = (AUTO_SPEC, *METHODS) if info.field_name == "target_spec" else METHODS
+        if value not in known:
+            raise ValueError(f"unknown speculation method '{value}'; choose one of: {', '.join(known)}")
         return value
 
     @model_validator(mode="after")
@@ -287,10 +289,13 @@ class EnginePair(_Config):
             raise ValueError("draft_url is given without a draft model: name the model its server serves")
         return self
 
-    def engines(self) -> tuple[VLLMEngineConfig | OpenAIEngineConfig, VLLMEngineConfig | OpenAIEngineConfig | None]:
-        """(target, draft) engine configs; draft None when there is no draft model."""
+    def engines(self, auto_target_spec: str = "draft"
+                ) -> tuple[VLLMEngineConfig | OpenAIEngineConfig, VLLMEngineConfig | OpenAIEngineConfig | None]:
+        """(target, draft) engine configs; draft None when there is no draft model.
+        ``auto_target_spec``: what ``target_spec="auto"`` means (the strategy's own method)."""
         in_process_draft = self.draft if self.draft and not self.draft_url else None
-        target_method = self.target_spec if self.target_spec != "draft" or in_process_draft else "none"
+        method = auto_target_spec if self.target_spec == AUTO_SPEC else self.target_spec
+        target_method = method if method != "draft" or in_process_draft else "none"
         target = self._engine(self.target, self.target_url, target_method, in_process_draft, self.target_dtype)
         return target, (self._engine(self.draft, self.draft_url, self.draft_spec, None, self.draft_dtype)
                         if self.draft else None)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 METHODS = ("none", "ngram", "suffix", "draft")
+# The engine pair's target_spec default: the method the strategy declares for itself.
+AUTO_SPEC = "auto"
 
 
 def speculative_config(

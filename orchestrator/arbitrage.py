@@ -58,9 +58,10 @@ class Arbitrage(Policy):
         self.router, self.options = router, options
 
     async def step(self, run: TraceRun) -> None:
-        mode = run.decide()  # goodput: at this load, does drafting pay?
-        if len(run.steps) < self.options.first_target_steps or mode is StepMode.TARGET:
-            run.keep(Author.TARGET, await run.write("target"), backoff=mode is StepMode.TARGET)
+        opening = len(run.steps) < self.options.first_target_steps  # the target's own
+        mode = run.decide(forced=StepMode.TARGET if opening else None)  # goodput: at this load, does drafting pay?
+        if mode is StepMode.TARGET:
+            run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
             return
         drafted = await run.write("draft", logprobs=ROUTER_LOGPROBS)
         t0 = time.perf_counter()

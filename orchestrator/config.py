@@ -52,16 +52,20 @@ class ReasonerSettings(_Config):
         return {} if value is None else value
 
 
-def _default_engines() -> tuple[Any, Any]:
-    return EnginePair().engines()
+def engines_for(pair: EnginePair, strategy: str) -> tuple[Any, Any]:
+    """The pair's (target, draft) engine configs for ``strategy``: ``target_spec="auto"`` is
+    the token-level method the strategy declares (:attr:`orchestrator.strategies.Strategy.target_spec`)."""
+    known = STRATEGIES.get(strategy)
+    return pair.engines(known.target_spec) if known else pair.engines()  # unknown: check_reasoner names it
 
 
 class ReasonerConfig(ReasonerSettings):
-    """A whole reasoner: its settings and its two engines (default: the bundled pair, the
-    0.5B drafting the 1.5B's tokens as well)."""
+    """A whole reasoner: its settings and its two engines (default: the bundled pair, with
+    the target's token-level speculation its strategy's own, :func:`engines_for`)."""
 
-    target: EngineConfig = Field(default_factory=lambda: _default_engines()[0], description="The target's engine.")
-    draft: EngineConfig | None = Field(default_factory=lambda: _default_engines()[1],
+    target: EngineConfig = Field(default_factory=lambda data: engines_for(EnginePair(), data["strategy"])[0],
+                                 description="The target's engine.")
+    draft: EngineConfig | None = Field(default_factory=lambda data: engines_for(EnginePair(), data["strategy"])[1],
                                        description="The draft's engine (strategies that draft steps).")
     max_concurrency: int = Field(8, ge=1, description="Problems in flight at once (solve_many).")
 
@@ -100,7 +104,7 @@ class RunSettings(EnginePair, BudgetFlags):
     def reasoner_config(self, **settings: Any) -> ReasonerConfig:
         """The reasoner's config: these engines, budget and delimiter, and ``settings``
         (``Reasoner`` keywords: strategy, judge, ..., strategy options)."""
-        target, draft = self.engines()
+        target, draft = engines_for(self, settings.get("strategy", ReasonerSettings.model_fields["strategy"].default))
         return ReasonerConfig.from_keywords(target=target, draft=draft, budget=self.budget(),
                                             delimiter=self.delimiter, **settings)
 

@@ -4,62 +4,97 @@ SmartSpec's idea at the step level. With one problem in flight, a drafted step
 (draft writes, target verifies, repairs what it cuts) can beat the target
 writing the step itself. With many problems in flight the target decodes them
 in one batch, each token costs little, and the serial draft-verify-repair round
-loses. Which regime holds depends on the machine, the models and the judge, so
+may lose. Which regime holds depends on the machine, the models and the judge, so
 the governor measures instead of guessing a count:
 
 * *load*: traces of this reasoner in flight right now (``enter``/``exit``).
   Loads fall in buckets 1, 2-3, 4-7, 8-15, ... (powers of two).
 * *rate*: per bucket and mode ("draft": a drafted, judged and maybe repaired
   step; "target": the target writes the step), an exponential moving average
-  of seconds per token of the trace's text, observed on finished steps.
+  of seconds per token of the trace's text, observed on *pure* steps only: steps
+  during which no step of the other mode ran (:meth:`begin` / :meth:`end`).
+  The engines share the machine, so a target step that runs beside drafted steps
+  is slowed by them (and the reverse); a rate taken from such a step would
+  charge one mode for the other's cost and miss what drafting takes from the
+  target's batch. At one load, a pure step's seconds per token of its trace is
+  the load's trace tokens per second under that mode, up to the factor of load.
 * *decision* before each step: alone (load 1) the draft always drafts (the
   latency case stepspec is for, and no batch to lose to). At a higher load,
-  until a mode has been tried ``min_samples`` times in the current bucket
-  (observed or still running) it is tried (exploration; drafting first); while
-  those tries are running the target writes (the baseline, never a loss); then
-  the mode with fewer seconds per token wins, and every ``explore_every``-th
-  decision in the bucket goes to the other mode so its rate stays current.
-  (Counting only finished tries, a wave of 25 problems that reach their first
-  decision together would all draft before the first drafted step is measured.)
+  until a mode has ``min_samples`` pure steps in the current bucket, every
+  decision goes to it (exploration, the target first: a whole regime, since a
+  mode's steps are pure only when every trace in flight writes in that mode);
+  then the mode with fewer seconds per token wins, and every ``explore_every``-th
+  decision in the bucket switches to the other mode until it has
+  ``min_samples`` more pure steps, so its rate stays current. The target's
+  opening and plan (a policy's own choice, with the question's prefill) are no
+  samples and belong to no regime: they run in either, as new problems arrive.
 
-Worked example: alone, drafted steps cost 0.05 s/token and target steps 0.09:
-draft. With 60 problems in flight (bucket 32-63), drafted steps cost 0.40
-s/token and target steps 0.15 (batched decoding): the target writes, and the
-trace records each such step with ``backoff=True``. When the load falls back,
-that bucket's own rates decide again (and alone, the draft drafts).
+Worked example (this CPU, 25 GSM8K problems in flight, bucket 16-31; measured,
+``benchmarks/measured/governor_openings_gsm8k100-149_cpu``): the target writes every
+opening and plan; then all decisions go to the target until 4 target steps
+ran pure (about 0.21 s per trace token, as target-only's steps), then to the
+draft until 4 drafted steps ran pure (0.26 s per token, every trace in flight
+drafting); the target wins and writes on. Measured mixed instead (a governor
+that took any step as a sample), target steps beside drafted ones read 0.35 s
+per token and drafted ones 0.21, so drafting looked cheaper while it made the
+wave slower. When the load falls back, that bucket's own rates decide again (and
+alone, the draft drafts).
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 class StepMode(str, enum.Enum):
     DRAFT = "draft"
     TARGET = "target"
 
+    @property
+    def other(self) -> "StepMode":
+        return StepMode.TARGET if self is StepMode.DRAFT else StepMode.DRAFT
+
 
 @dataclass
 class BucketRates:
-    """Seconds per trace token of each mode at one load bucket."""
+    """Seconds per trace token of each mode at one load bucket, from pure steps."""
 
     seconds_per_token: dict[StepMode, float] = field(default_factory=dict)
     num_samples: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
-    num_running: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
     num_decisions: int = 0
+    # A re-measured mode: it writes until it has this many pure samples.
+    exploring: StepMode | None = None
+    explore_until: int = 0
+
+
+@dataclass(frozen=True)
+class StepTicket:
+    """A step in flight under a mode: what :meth:`GoodputGovernor.end` needs to measure it."""
+
+    mode: StepMode | None  # None: a step the policy gives the target itself (no sample)
+    load: int
+    started: float
+    pure: bool  # a sample, and no step of the other mode was running when it began
+    others_started: int  # steps of the other mode begun before it (any later one makes it impure)
 
 
 @dataclass
 class GoodputGovernor:
     """Shared by every trace of a reasoner: the load, the measured rates, the decisions."""
 
-    min_samples: int = 3
-    explore_every: int = 20
+    min_samples: int = 4
+    explore_every: int = 250
     smoothing: float = 0.3  # weight of the newest observation
+    clock: Callable[[], float] = time.perf_counter
     in_flight: int = 0
     buckets: dict[int, BucketRates] = field(default_factory=dict)
     num_decisions: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    # Steps running and begun, per kind: a mode, or None for the policy's own target steps.
+    num_running: dict[StepMode | None, int] = field(default_factory=lambda: dict.fromkeys((*StepMode, None), 0))
+    num_started: dict[StepMode | None, int] = field(default_factory=lambda: dict.fromkeys((*StepMode, None), 0))
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -76,26 +111,56 @@ class GoodputGovernor:
         """Who writes the next step at the current load."""
         rates = self.buckets.setdefault(self.bucket(self.in_flight), BucketRates())
         rates.num_decisions += 1
-        n, tried = rates.num_samples, {m: rates.num_samples[m] + rates.num_running[m] for m in StepMode}
-        if self.in_flight <= 1 or tried[StepMode.DRAFT] < self.min_samples:
+        n = rates.num_samples
+        unmeasured = [m for m in (StepMode.TARGET, StepMode.DRAFT) if n[m] < self.min_samples]
+        if self.in_flight <= 1:
             mode = StepMode.DRAFT
-        elif tried[StepMode.TARGET] < self.min_samples or min(n.values()) < self.min_samples:
-            mode = StepMode.TARGET
+        elif unmeasured:
+            mode = unmeasured[0]
+        elif rates.exploring is not None and n[rates.exploring] < rates.explore_until:
+            mode = rates.exploring
         else:
             spt = rates.seconds_per_token
             best = StepMode.DRAFT if spt[StepMode.DRAFT] <= spt[StepMode.TARGET] else StepMode.TARGET
-            other = StepMode.TARGET if best is StepMode.DRAFT else StepMode.DRAFT
-            mode = other if rates.num_decisions % self.explore_every == 0 else best
-        rates.num_running[mode] += 1
+            rates.exploring = None
+            mode = best
+            if rates.num_decisions % self.explore_every == 0:
+                mode = rates.exploring = best.other
+                rates.explore_until = n[mode] + self.min_samples
         self.num_decisions[mode] += 1
         return mode
 
+    def begin(self, mode: StepMode, measured: bool = True) -> StepTicket:
+        """A step starts under ``mode``. ``measured=False``: a step the policy gives the
+        target itself (the opening and the plan, with the question's prefill): no sample,
+        and no regime's: it runs in either, so it leaves the steps beside it pure."""
+        kind = mode if measured else None
+        ticket = StepTicket(kind, self.in_flight, self.clock(), measured and not self.num_running[mode.other],
+                            self.num_started[mode.other])
+        self.num_running[kind] += 1
+        self.num_started[kind] += 1
+        return ticket
+
+    def end(self, ticket: StepTicket, num_tokens: int) -> None:
+        """The step of ``ticket`` wrote ``num_tokens`` of trace text; measured if it stayed pure."""
+        kind = ticket.mode
+        self.num_running[kind] -= 1
+        if kind is not None and ticket.pure and self.num_started[kind.other] == ticket.others_started:
+            self.observe(kind, ticket.load, num_tokens, self.clock() - ticket.started)
+
+    def snapshot(self) -> dict:
+        """What it measured and decided, for a results file: per load bucket, each mode's
+        seconds per trace token and pure samples; decisions per mode."""
+        return {"decisions": {m.value: n for m, n in self.num_decisions.items()},
+                "buckets": {str(b): {m.value: {"seconds_per_token": r.seconds_per_token.get(m),
+                                               "samples": r.num_samples[m]} for m in StepMode}
+                            for b, r in sorted(self.buckets.items())}}
+
     def observe(self, mode: StepMode, load: int, num_tokens: int, seconds: float) -> None:
-        """A finished step: ``num_tokens`` of trace text in ``seconds``, begun at ``load``."""
-        rates = self.buckets.setdefault(self.bucket(load), BucketRates())
-        rates.num_running[mode] = max(0, rates.num_running[mode] - 1)
+        """A pure step: ``num_tokens`` of trace text in ``seconds``, begun at ``load``."""
         if num_tokens < 1:
             return
+        rates = self.buckets.setdefault(self.bucket(load), BucketRates())
         x = seconds / num_tokens
         old = rates.seconds_per_token.get(mode)
         rates.seconds_per_token[mode] = x if old is None else self.smoothing * x + (1 - self.smoothing) * old

@@ -2,7 +2,7 @@
 
     from orchestrator.reasoner import Reasoner
 
-    with Reasoner.from_models(strategy="specreason", target_spec="suffix") as r:
+    with Reasoner.from_models(strategy="specreason") as r:
         solution = r.solve("Janet's ducks lay 16 eggs per day. ...")
         print(solution.answer, solution.stats["step_acceptance_rate"])
         many = r.solve_many(questions)  # concurrent: the engines batch the problems
@@ -26,7 +26,7 @@ from engine.config import EngineConfig, EnginePair, build_engines, check_engine
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from judges.registry import make_judge
-from orchestrator.config import ReasonerConfig
+from orchestrator.config import ReasonerConfig, engines_for
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import Budget, ReasoningError
 from orchestrator.steps import StepRules
@@ -45,6 +45,7 @@ EngineStartListener = Callable[[str, Engine, bool], None]
 logger = logging.getLogger(__name__)
 
 _PAIR = EnginePair.model_fields  # from_models' defaults: the pair's, declared once
+_STRATEGY = ReasonerConfig.model_fields["strategy"].default
 
 
 @dataclass(frozen=True)
@@ -201,10 +202,10 @@ class Reasoner:
         thin builder of a :class:`orchestrator.config.ReasonerConfig` for :meth:`from_config`.
 
         ``target_spec``/``draft_spec``: token-level speculation inside each engine (none,
-        ngram, suffix, draft). ``target_spec`` defaults to ``draft``, as on the command line
-        (the draft model drafts the target's tokens too; none when ``draft`` is None); it
-        defaulted to ``none`` here and in lm-eval's model before: pass ``target_spec="none"``
-        for that. ``target_dtype``/``draft_dtype``: what each engine computes in (``auto``: the
+        ngram, suffix, draft). ``target_spec`` defaults to ``auto``, as on the command line:
+        the strategy's own method (``draft``, the draft model drafting the target's tokens, for
+        ``target-only``; ``suffix`` for ``specreason``, whose target mostly verifies; none for
+        ``draft`` when ``draft`` is None). ``target_dtype``/``draft_dtype``: what each engine computes in (``auto``: the
         fastest on this machine, measured: :mod:`engine.dtype`). ``options``: ``Reasoner``'s keywords (strategy, judge and router by name
         or file, their options, budget, max_concurrency, strategy options); of ``rules``,
         the delimiter goes into the config and the rest applies on top."""
@@ -213,7 +214,7 @@ class Reasoner:
                           target_dtype=target_dtype, draft_dtype=draft_dtype,
                           num_speculative_tokens=num_speculative_tokens, kv_cache_gib=kv_cache_gib,
                           max_model_len=max_model_len)
-        target_config, draft_config = pair.engines()
+        target_config, draft_config = engines_for(pair, options.get("strategy", _STRATEGY))
         config = ReasonerConfig.from_keywords(target=target_config, draft=draft_config, **options,
                                               **({} if rules is None else {"delimiter": rules.delimiter}))
         reasoner = cls.from_config(config, on_prepare=on_prepare)

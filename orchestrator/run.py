@@ -22,7 +22,7 @@ from engine.stats import SpecDecodingStats
 from engine.types import GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
 from orchestrator.budget import Budget  # its home is orchestrator.budget; imported from here too
-from orchestrator.goodput import GoodputGovernor, StepMode
+from orchestrator.goodput import GoodputGovernor, StepMode, StepTicket
 from orchestrator.prompts import opening_messages
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules, find_answer
@@ -149,30 +149,31 @@ class TraceRun:
         self._t0 = time.perf_counter()
         # Goodput-aware speculation: the shared governor, and the decision awaiting its step.
         self.governor = governor
-        # (mode, load, started, tokens then, how to count the tokens written)
-        self._decision: tuple[StepMode, int, float, int, Callable[[], int]] | None = None
+        # (the governor's ticket for the step, tokens then, how to count the tokens written)
+        self._decision: tuple[StepTicket, int, Callable[[], int]] | None = None
         if governor is not None:
             governor.enter()
 
-    def decide(self, written: Callable[[], int] | None = None) -> StepMode:
+    def decide(self, written: Callable[[], int] | None = None, forced: StepMode | None = None) -> StepMode:
         """Who writes the next step(s): the governor's choice at the current load (always
-        the draft without one). What was written under it is observed at the next decision
-        (or when the trace leaves): the trace's new tokens, or, for a search whose text is
-        not yet the trace's, the new tokens that ``written`` counts."""
+        the draft without one), or ``forced``, the policy's own (the target's opening),
+        which the governor counts as running but neither chooses nor takes as a sample. What was written under it is
+        observed at the next decision (or when the trace leaves): the trace's new tokens,
+        or, for a search whose text is not yet the trace's, the new tokens that ``written`` counts."""
         if self.governor is None:
-            return StepMode.DRAFT
+            return forced or StepMode.DRAFT
         self._observe_decision()
-        mode = self.governor.decide()
+        mode = forced or self.governor.decide()
         count = written or (lambda: self.num_tokens)
-        self._decision = (mode, self.governor.in_flight, time.perf_counter(), count(), count)
+        self._decision = (self.governor.begin(mode, measured=forced is None), count(), count)
         return mode
 
     def _observe_decision(self) -> None:
-        """Tell the governor what the last decision's mode wrote (tokens, seconds) since it was made."""
+        """Tell the governor what the last decision's mode wrote since it was made."""
         if self._decision is not None:
-            mode, load, started, tokens, count = self._decision
+            ticket, tokens, count = self._decision
             self._decision = None
-            self.governor.observe(mode, load, count() - tokens, time.perf_counter() - started)
+            self.governor.end(ticket, count() - tokens)
 
     def leave(self) -> None:
         """The trace is done with the governor (once; finish calls it too)."""

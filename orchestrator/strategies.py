@@ -59,6 +59,14 @@ class Strategy:
     needs_router: bool = False  # decisions come from a router (routers/), not a judge
     # Judge requests from all of a reasoner's problems go through one batching queue.
     queued_judge: bool = False
+    # The token-level speculation inside the target that makes this strategy fastest (what the
+    # engine pair's target_spec "auto" means for it). Where the target writes most of the trace,
+    # the 0.5B drafting its tokens decodes fastest (10.1 tok/s bf16; suffix 9.3:
+    # benchmarks/measured/engines_cpu); where it mostly verifies drafted steps and writes a
+    # token at a cut, suffix decoding: a verification costs 0.32 s against 0.55 with the draft
+    # model inside the target, a one-token write 0.19 s against 0.38
+    # (benchmarks/measured/speed_choice_gsm8k100-129_cpu, benchmarks/measured/target_spec_gsm8k100-108_cpu).
+    target_spec: str = "draft"
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -76,7 +84,8 @@ STRATEGIES: dict[str, Strategy] = {
     for s in (
         Strategy("target-only", target_only, NoOptions, needs_draft=False, default_judge=None),
         Strategy("draft-only", draft_only, NoOptions, needs_draft=True, default_judge=None, needs_target=False),
-        Strategy("specreason", specreason, SpecReasonOptions, needs_draft=True, default_judge="likelihood"),
+        Strategy("specreason", specreason, SpecReasonOptions, needs_draft=True, default_judge="likelihood",
+                 target_spec="suffix"),
         Strategy("lookahead", lookahead, LookaheadOptions, needs_draft=True, default_judge="cascade",
                  judge_sees_target_step=True),
         Strategy("spec-thinking", spec_thinking, SpecThinkingOptions, needs_draft=True, default_judge=None),

@@ -193,15 +193,18 @@ def _bench_config(args, monkeypatch):
 def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(
         tmp_path, monkeypatch):
     """`make bench` up to the engines: the default specreason beside target-only and draft-only
-    (the pair's ceiling), in both modes, every engine setting at its default."""
+    (the pair's ceiling), in both modes, every engine setting at its default; under load also
+    target-only on specreason's target (suffix decoding), the faster target in a batch."""
     from engine.config import EnginePair
 
     (args,) = _makefile_bench_runs(tmp_path, "bench", BENCH_DIR="speed").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
-                    "draft-only": ("draft-only", None)}
+                    "draft-only": ("draft-only", None), "to-suffix": ("target-only", None)}
+    assert config["strategy_options"] == {"to-suffix": {"strategy": "target-only", "target_spec": "suffix"}}
     assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
-    assert config["limit"] == 100 and config["throughput_wave"] == 25 and config["latency_strategies"] is None
+    assert config["limit"] == 100 and config["throughput_wave"] == 25
+    assert config["latency_strategies"] == ["target-only", "specreason", "draft-only"]
     pair = EnginePair()
     assert {k: config[k] for k in ("target_spec", "draft_spec", "target_dtype", "draft_dtype")} == {
         "target_spec": pair.target_spec, "draft_spec": pair.draft_spec, "target_dtype": "auto", "draft_dtype": "auto"}

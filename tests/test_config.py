@@ -79,15 +79,24 @@ def test_every_entry_point_builds_the_same_config_by_default(capture, tmp_path):
         "python from_models": capture(Reasoner.from_models),
         "python config": ReasonerConfig(),
         "yaml": capture(yaml_reasoner, tmp_path,
-                        f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, speculation: draft, "
-                        f"draft_model: {BUNDLED_DRAFT}}}\n  d: {{backend: vllm, model: {BUNDLED_DRAFT}, "
-                        "speculation: suffix}\n", "{target: t, draft: d}"),
+                        f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, speculation: suffix}}\n"
+                        f"  d: {{backend: vllm, model: {BUNDLED_DRAFT}, speculation: suffix}}\n", "{target: t, draft: d}"),
         "lm-eval": capture(lm_eval_model, ""),
     }
-    expected = ReasonerConfig(
-        target=VLLMEngineConfig(model=BUNDLED_TARGET, speculation="draft", draft_model=BUNDLED_DRAFT),
-        draft=VLLMEngineConfig(model=BUNDLED_DRAFT, speculation="suffix"))
+    # specreason (the default strategy): its target mostly verifies, suffix decoding is its own method
+    expected = ReasonerConfig(target=VLLMEngineConfig(model=BUNDLED_TARGET, speculation="suffix"),
+                              draft=VLLMEngineConfig(model=BUNDLED_DRAFT, speculation="suffix"))
     assert {name: c for name, c in configs.items() if c != expected} == {}
+    # target-only: the target writes everything, fastest with the draft model drafting its tokens
+    alone = {"cli": capture(cli, "--strategy", "target-only"),
+             "python from_models": capture(Reasoner.from_models, strategy="target-only"),
+             "python config": ReasonerConfig(strategy="target-only"),
+             "lm-eval": capture(lm_eval_model, "strategy=target-only")}
+    expected = ReasonerConfig(
+        strategy="target-only", target=VLLMEngineConfig(model=BUNDLED_TARGET, speculation="draft",
+                                                        draft_model=BUNDLED_DRAFT),
+        draft=VLLMEngineConfig(model=BUNDLED_DRAFT, speculation="suffix"))
+    assert {name: c for name, c in alone.items() if c != expected} == {}
 
 
 def test_every_entry_point_builds_the_same_config_for_the_same_settings(capture, tmp_path):
@@ -128,13 +137,12 @@ def test_each_engines_dtype_is_taken_by_every_entry_point(capture, tmp_path):
         "cli": capture(cli, "--target-dtype", "bfloat16", "--draft-dtype", "float32"),
         "python from_models": capture(Reasoner.from_models, target_dtype="bfloat16", draft_dtype="float32"),
         "yaml": capture(yaml_reasoner, tmp_path,
-                        f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, dtype: bfloat16, speculation: draft, "
-                        f"draft_model: {BUNDLED_DRAFT}}}\n"
+                        f"  t: {{backend: vllm, model: {BUNDLED_TARGET}, dtype: bfloat16, speculation: suffix}}\n"
                         f"  d: {{backend: vllm, model: {BUNDLED_DRAFT}, dtype: float32, speculation: suffix}}\n",
                         "{target: t, draft: d}"),
         "lm-eval": capture(lm_eval_model, "target_dtype=bfloat16,draft_dtype=float32"),
     }
-    target, draft = EnginePair(target_dtype="bfloat16", draft_dtype="float32").engines()
+    target, draft = EnginePair(target_dtype="bfloat16", draft_dtype="float32").engines("suffix")  # specreason's
     assert (target.dtype, draft.dtype) == ("bfloat16", "float32")
     expected = ReasonerConfig(target=target, draft=draft)
     assert {name: c for name, c in configs.items() if c != expected} == {}
@@ -190,16 +198,20 @@ def test_the_defaults_agree_everywhere(capture, tmp_path):
         **{" ".join(c): _cli_default(*c, name="max_tokens") for c in commands},
     }
     assert set(max_tokens.values()) == {1024}, max_tokens
-    # the one token-level method inside the target: the draft model drafts its tokens
+    # the one token-level method inside the target: auto, each strategy's own
     methods = {
         "EnginePair": EnginePair().target_spec, "BenchSpec": BenchSpec().target_spec,
-        "CollectSpec": CollectSpec().target_spec, "ReasonerConfig": ReasonerConfig().target.speculation,
-        "lm-eval": lm_eval_config({}).target.speculation,
-        "from_models": capture(Reasoner.from_models).target.speculation,
-        **{" ".join(c): _cli_default(*c, name="target_spec") for c in commands},
+        "CollectSpec": CollectSpec().target_spec, **{" ".join(c): _cli_default(*c, name="target_spec") for c in commands},
     }
-    assert set(methods.values()) == {"draft"}, methods
-    assert ReasonerConfig().target.draft_model == BUNDLED_DRAFT
+    assert set(methods.values()) == {"auto"}, methods
+    resolved = {
+        "ReasonerConfig": ReasonerConfig(strategy="target-only").target.speculation,
+        "lm-eval": lm_eval_config({"strategy": "target-only"}).target.speculation,
+        "from_models": capture(Reasoner.from_models, strategy="target-only").target.speculation,
+        "RunSettings": RunSettings().reasoner_config(strategy="target-only").target.speculation,
+    }
+    assert set(resolved.values()) == {"draft"}, resolved
+    assert ReasonerConfig(strategy="target-only").target.draft_model == BUNDLED_DRAFT
     # each engine's dtype: auto, the fastest measured on the machine
     dtypes = {
         "EnginePair": (EnginePair().target_dtype, EnginePair().draft_dtype),

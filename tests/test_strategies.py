@@ -328,35 +328,71 @@ def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheap
     for _ in range(7):
         g.enter()  # 8 in flight: bucket 8
     assert g.bucket(g.in_flight) == 8
-    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2  # explore: drafting first
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
-    assert g.decide() is StepMode.TARGET  # then the target, until it has its samples
+    assert [g.decide(), g.decide(), g.decide()] == [StepMode.TARGET] * 3  # explore: the target (the baseline) first
     g.observe(StepMode.TARGET, 8, 10, 1.0)
     g.observe(StepMode.TARGET, 8, 10, 1.0)
-    decisions = [g.decide() for _ in range(10)]
-    assert decisions.count(StepMode.TARGET) == 8 and decisions.count(StepMode.DRAFT) == 2  # every 5th explores
+    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2  # then drafting, all of it, until it has its samples
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    decisions = [g.decide() for _ in range(4)]  # decisions 6-9 of the bucket: the 10th explores
+    assert decisions == [StepMode.TARGET] * 4
+    # the 10th decision re-measures drafting, which writes until it has 2 more samples
+    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    assert g.decide() is StepMode.DRAFT
+    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    assert g.decide() is StepMode.TARGET
+    assert g.snapshot()["buckets"]["8"] == {"draft": {"seconds_per_token": pytest.approx(0.4), "samples": 4},
+                                            "target": {"seconds_per_token": pytest.approx(0.1), "samples": 2}}
     for _ in range(7):
         g.exit()
     assert g.decide() is StepMode.DRAFT  # the load fell: draft again
 
 
-def test_goodput_governor_explores_with_tries_not_yet_measured_so_a_wave_does_not_all_draft():
-    """25 problems reach their first decision before any step finishes: min_samples of them
-    draft, min_samples are written by the target, and the rest by the target (the baseline)
-    until both modes are measured; then the cheaper mode per token."""
+def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_beside():
+    """The engines share the machine: a target step slowed by drafted steps beside it (and
+    the reverse) is not a rate of its mode. The target's openings are no samples and belong
+    to neither mode (they run in both regimes). A wave of 25: openings, then target steps
+    (pure), then drafted steps, measured once the last target step has ended."""
     from orchestrator.goodput import GoodputGovernor, StepMode
 
-    g = GoodputGovernor(min_samples=3, explore_every=100)
+    now = [0.0]
+    g = GoodputGovernor(min_samples=3, explore_every=100, clock=lambda: now[0])
     for _ in range(25):
         g.enter()
-    first = [g.decide() for _ in range(25)]
-    assert first == [StepMode.DRAFT] * 3 + [StepMode.TARGET] * 22
-    for mode, spt in ((StepMode.DRAFT, 0.1), (StepMode.TARGET, 0.3)):
-        for _ in range(3):
-            g.observe(mode, 25, 10, 10 * spt)
-    assert g.buckets[16].num_running == {StepMode.DRAFT: 0, StepMode.TARGET: 19}
-    assert g.decide() is StepMode.DRAFT  # measured: drafted steps cost a third per token
+    openings = [g.begin(StepMode.TARGET, measured=False) for _ in range(25)]  # as a policy forces them
+    now[0] = 2.0
+    for t in openings[:24]:
+        g.end(t, 20)
+    assert g.buckets == {}  # openings: no samples
+    first = [g.begin(g.decide()) for _ in range(24)]
+    assert {t.mode for t in first} == {StepMode.TARGET}  # the target is unmeasured: explored first
+    now[0] = 4.0
+    for t in first[:3]:  # beside the last opening: measured all the same, 0.1 s a token
+        g.end(t, 20)
+    assert g.buckets[16].seconds_per_token[StepMode.TARGET] == pytest.approx(0.1)
+    drafted = [g.begin(g.decide()) for _ in range(3)]  # measured: now the whole wave drafts
+    assert {t.mode for t in drafted} == {StepMode.DRAFT}
+    now[0] = 5.0
+    g.end(openings[24], 30)
+    for t in first[3:] + drafted:  # each ran beside steps of the other mode: not measured
+        g.end(t, 10)
+    assert g.buckets[16].num_samples == {StepMode.TARGET: 3, StepMode.DRAFT: 0}
+    pure = [g.begin(g.decide()) for _ in range(25)]
+    assert {t.mode for t in pure} == {StepMode.DRAFT}
+    now[0] = 8.0
+    for t in pure[:3]:
+        g.end(t, 20)  # 0.15 s a token, every trace drafting: measured
+    assert g.buckets[16].seconds_per_token[StepMode.DRAFT] == pytest.approx(0.15)
+    assert g.decide() is StepMode.TARGET  # both measured: 0.1 s a token against 0.15, the target wins
+    # a target step begun beside the 22 drafted steps still running is not measured, nor are they
+    beside = g.begin(StepMode.TARGET)
+    now[0] = 9.0
+    g.end(beside, 1)
+    for t in pure[3:]:
+        g.end(t, 20)
+    assert g.buckets[16].num_samples == {StepMode.TARGET: 3, StepMode.DRAFT: 3}
+    assert g.num_running == {StepMode.DRAFT: 0, StepMode.TARGET: 0, None: 0}
 
 
 @pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
@@ -373,7 +409,7 @@ def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     reasoner = Reasoner(target, draft, strategy=strategy, max_concurrency=8, first_target_steps=0, **chooser)
     assert isinstance(reasoner.governor, GoodputGovernor)
     for b in (4, 8):  # measured earlier at this load: drafting costs 10x more per token
-        for _ in range(3):
+        for _ in range(reasoner.governor.min_samples):
             reasoner.governor.observe(StepMode.DRAFT, b, 10, 10.0)
             reasoner.governor.observe(StepMode.TARGET, b, 10, 1.0)
     solutions = reasoner.solve_many([Q] * 8)

@@ -207,8 +207,9 @@ def test_reasoner_solves_one_and_many_problems_concurrently():
         many = r.solve_many(["question A", "question B"] * 2, on_step=lambda i, rec: seen.append(i))
     assert [s.answer for s in many] == ["1", "2", "1", "2"]
     assert sorted(set(seen)) == [0, 1, 2, 3]
-    # all four problems were in flight together: four draft calls began before any finished
-    assert log[before:before + 4] == [("draft", "start", 1)] * 4
+    # all four problems were in flight together: four calls began before any finished (who writes
+    # each first step at a load of 4 is the goodput governor's choice)
+    assert [event[1:] for event in log[before:before + 4]] == [("start", 1)] * 4
 
     async def inside_a_loop():
         with pytest.raises(RuntimeError, match="use `await reasoner.asolve"):

@@ -443,7 +443,8 @@ def _strategy_options(strategies: list[str], threshold: Optional[float], gamma: 
                       router: Optional[str] = None) -> dict:
     """Per-arm Reasoner keywords from the shortcut flags and --opt ARM.KEY=VALUE (KEY
     ``judge.NAME`` for a judge option, ``router.NAME`` for a router option, ``strategy``
-    for the strategy of an arm whose label is not a strategy name). VALUE is JSON
+    for the strategy of an arm whose label is not a strategy name, an engine setting such
+    as ``target_spec`` for the arm's own engine). VALUE is JSON
     (``7``, ``-8.5``, ``true``), ``none``/``null`` for None, else a string."""
     options: dict[str, dict] = {}
     if router is not None:

@@ -61,15 +61,16 @@ import resource
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Mapping, Protocol
 
 from pydantic import Field, ValidationError
 
 from common.files import append_jsonl, atomic_write_json, write_jsonl
 from common.names import did_you_mean
-from engine.config import OpenAIEngineConfig, build_engines, check_engine
+from engine.config import EngineConfig, EnginePair, OpenAIEngineConfig, build_engines, check_engine
 from engine.protocol import Engine
 from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.reasoner import Reasoner, check_reasoner
 from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, get_strategy
@@ -184,17 +185,48 @@ class BenchSpec(RunSettings):
                 for label in self.strategies}
 
     def arm_config(self, label: str, max_concurrency: int | None = None) -> ReasonerConfig:
-        """The reasoner an arm runs: the run's engines, budget and delimiter, the arm's options."""
+        """The reasoner an arm runs: the run's engines, budget and delimiter, the arm's options
+        (an engine setting among them, e.g. ``target_spec``, is the arm's own: its own engine)."""
         options = dict(self.strategy_options.get(label, {}))
         strategy = options.pop("strategy", label)
+        engine = {key: options.pop(key) for key in list(options) if key in EnginePair.model_fields}
         if max_concurrency is not None:
             options["max_concurrency"] = max_concurrency
-        return self._named(label, lambda: self.reasoner_config(strategy=strategy, **options))
 
-    def reasoners(self, target: Engine, draft: Engine | None, arms: tuple[str, ...] | None = None,
-                  max_concurrency: int = 8) -> dict[str, Reasoner]:
-        """One reasoner per arm over the shared engines."""
-        return {label: Reasoner.from_config(self.arm_config(label, max_concurrency), engines=(target, draft))
+        def config() -> ReasonerConfig:
+            try:
+                own = RunSettings.model_validate({**self.model_dump(include=set(RunSettings.model_fields)), **engine})
+            except ValidationError as e:  # one line per bad setting, as the spec's own errors read
+                raise ValueError("; ".join(f"{'.'.join(map(str, err['loc'])) or 'engines'}: "
+                                           f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())) from e
+            return own.reasoner_config(strategy=strategy, **options)
+        return self._named(label, config)
+
+    def arm_engines(self) -> tuple[dict[str, EngineConfig], dict[str, tuple[str | None, str | None]]]:
+        """The engines the run needs, by role, and each arm's (target role, draft role): one
+        draft, and one target per token-level method the arms' strategies ask of it
+        (``target_spec`` auto: each strategy's own), named "target" when there is one, else
+        "target (METHOD)". An arm whose strategy never asks the target or the draft gets none."""
+        wanted = {label: self.arm_config(label) for label in self.strategies}
+        configs: dict[str, EngineConfig] = {}
+        roles: dict[str, tuple[str | None, str | None]] = {}
+        targets = {c.target for label, c in wanted.items() if get_strategy(self.strategy_of(label)).needs_target}
+        for label, c in wanted.items():
+            strategy = get_strategy(self.strategy_of(label))
+            target = draft = None
+            if strategy.needs_target:
+                target = "target" if len(targets) == 1 else f"target ({getattr(c.target, 'speculation', None) or 'none'})"
+                configs[target] = c.target
+            if strategy.needs_draft and c.draft is not None:
+                draft = "draft"
+                configs[draft] = c.draft
+            roles[label] = (target, draft)
+        return configs, roles
+
+    def reasoners(self, engines: Mapping[str, tuple[Engine | None, Engine | None]],
+                  arms: tuple[str, ...] | None = None, max_concurrency: int = 8) -> dict[str, Reasoner]:
+        """One reasoner per arm over the shared engines (``engines``: each arm's target and draft)."""
+        return {label: Reasoner.from_config(self.arm_config(label, max_concurrency), engines=engines[label])
                 for label in (self.strategies if arms is None else arms)}
 
     def _named(self, label: str, make: Any) -> Any:
@@ -203,7 +235,7 @@ class BenchSpec(RunSettings):
         try:
             return make()
         except ValueError as e:
-            if label == strategy:
+            if label == strategy or str(e).startswith(f"arm '{label}'"):  # unnamed, or named already
                 raise
             message = f"arm '{label}' ({strategy}): {e}"
             try:
@@ -255,11 +287,14 @@ def overhead(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> dict[str, Any]:
-    """What an arm runs: its strategy, judge (or router) and the options given."""
+    """What an arm runs: its strategy, judge (or router), the options given, and the target's
+    token-level speculation (its strategy's own with target_spec auto; None: it never asks the target)."""
     options = {k: v for k, v in spec.strategy_options.get(label, {}).items() if k != "strategy"}
     judge = reasoner.judge
+    target = spec.arm_config(label).target if reasoner.strategy.needs_target else None
     return {"strategy": spec.strategy_of(label), "judge": None if judge is None else judge.name,
-            "router": None if reasoner.router is None else reasoner.router.name, "options": options}
+            "router": None if reasoner.router is None else reasoner.router.name, "options": options,
+            "target_spec": None if target is None else getattr(target, "speculation", None) or "none"}
 
 
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
@@ -339,11 +374,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     grader = get_grader(dataset.grader)
     for p in problems:
         grader.gold(p.reference)  # a reference the grader cannot read fails now, not mid-run
-    needs_draft = any(get_strategy(spec.strategy_of(s)).needs_draft for s in spec.strategies)
-    target_config, draft_config = spec.engines()
-    for config in (target_config, draft_config if needs_draft else None) if engines is None else ():
-        if config is not None:
-            check_engine(config)  # an unknown model, before any is prepared and before the run has files
+    for config in spec.arm_engines()[0].values() if engines is None else ():
+        check_engine(config)  # an unknown model, before any is prepared and before the run has files
     latency_arms, throughput_arms = spec.latency_arms(), spec.throughput_arms()
     latency_problems = problems[:spec.latency_limit] if spec.latency_limit else problems
 
@@ -421,8 +453,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     # Throughput mode serves a wave's problems at once: each in-process engine must batch that
     # many sequences (a server batches as it was started).
     max_num_seqs = max(spec.max_num_seqs, wave_size) if throughput_todo else spec.max_num_seqs
-    configs = dict(zip(("target", "draft"), spec.model_copy(update={"max_num_seqs": max_num_seqs}).engines()))
-    configs = {role: c for role, c in configs.items() if c is not None and (role == "target" or needs_draft)}
+    configs, roles = spec.model_copy(update={"max_num_seqs": max_num_seqs}).arm_engines()
     servers = [role for role, c in configs.items() if isinstance(c, OpenAIEngineConfig)]
     if max_num_seqs != spec.max_num_seqs:
         logger.info("throughput mode: max_num_seqs raised from %d to %d (the problems at once)%s",
@@ -431,14 +462,17 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     session["max_num_seqs"] = max_num_seqs
     if engines is None:
         built = build_engines(configs, names={role: c.model for role, c in configs.items()})
-        target, draft = built["target"], built.get("draft")
         owned = list(built.values())
-    else:
-        (target, draft), owned = engines, []
+    else:  # every arm on the engines given
+        built, owned = {"target": engines[0], **({"draft": engines[1]} if engines[1] is not None else {})}, []
+        roles = {label: ("target", "draft" if engines[1] is not None else None) for label in spec.strategies}
+    # each arm's (target, draft); an arm that never asks the target (draft-only) holds any one
+    any_target = next((e for role, e in built.items() if role.startswith("target")), None)
+    arm_engines = {label: (built[t] if t else any_target, built[d] if d else None) for label, (t, d) in roles.items()}
     # Every solve (latency) and every arm's wave (throughput) starts cold: both engines' prefix
     # caches and token-speculation caches are reset first; an engine that cannot (a server,
     # unless its backend offers it) is named in the session and the report.
-    resettable = {role: e for role, e in (("target", target), ("draft", draft)) if e is not None}
+    resettable = dict(built)
     session["prefix_cache_reset"] = {role: hasattr(e, "reset_caches") for role, e in resettable.items()}
     for role, ok in session["prefix_cache_reset"].items():
         if not ok:
@@ -448,11 +482,12 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     # The engines are built (models resolved, not loaded yet): from here on the run has files.
     run_dir.mkdir(parents=True, exist_ok=True)
     save("running")
-    # Latency arms with work left; a throughput arm gets its own reasoner (and goodput
-    # governor), built fresh when its turn comes.
-    latency_reasoners = spec.reasoners(target, draft, tuple(s for s in latency_arms
+    # Latency arms with work left; a throughput arm gets its own reasoner, built fresh when
+    # its turn comes, with the goodput governor of its earlier waves in this session.
+    latency_reasoners = spec.reasoners(arm_engines, tuple(s for s in latency_arms
                                                              if any(s == a for _, a in latency_todo)))
     session["routers"] = {s: router_info(r.router) for s, r in checked.items() if r.router is not None}
+    governors: dict[str, GoodputGovernor] = {}
 
     async def reset_caches() -> None:
         t_reset = time.perf_counter()
@@ -514,7 +549,9 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
             done_tp[arm].pop(i, None)
         write_jsonl(samples_file(arm, "throughput"), done_tp[arm].values())
         entry["num_solved"] = len(done_tp[arm])
-        reasoner = spec.reasoners(target, draft, (arm,), max_concurrency=len(wave))[arm]
+        reasoner = spec.reasoners(arm_engines, (arm,), max_concurrency=len(wave))[arm]
+        if reasoner.governor is not None:  # what it measured in this session's earlier waves, as a server keeps it
+            reasoner.governor = governors.setdefault(arm, reasoner.governor)
         await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
         record = {"problems": sorted(ids), "status": "running", "num_solved": 0, "wall_seconds": None,
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -556,6 +593,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
             record["wall_seconds"] = time.perf_counter() - t0
             session["throughput_seconds"] += record["wall_seconds"]
         record["status"] = "complete"
+        if reasoner.governor is not None:
+            record["governor"] = reasoner.governor.snapshot()  # after this wave (it keeps the earlier ones')
         entry["status"] = "complete" if complete_arm(arm) else "incomplete"  # waves to go
         if entry["status"] == "complete":
             entry["wall_seconds"] = sum(r["wall_seconds"] for r in entry["waves"])
@@ -579,9 +618,8 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     t_run = time.perf_counter()
     try:
         t0 = time.perf_counter()
-        for engine in (target, draft):
-            if engine is not None:
-                await engine.start()
+        for engine in built.values():
+            await engine.start()
         session["startup_seconds"] = time.perf_counter() - t0
         # What each engine computes in and why (dtype "auto": measured on this machine)
         session["engines"] = {role: dataclasses.asdict(e.info) for role, e in resettable.items()}

@@ -13,9 +13,8 @@ Each request's context is a question; the reasoner solves the batch
 concurrently (the engines batch the steps) and returns the trace's text, cut at
 the first of the request's ``until`` strings. ``model_args`` are the command line's
 settings, with the same defaults (:class:`orchestrator.config.RunSettings`): ``strategy``,
-``target``, ``draft``, ``spec`` (or ``target_spec``; default ``draft``: the draft model
-drafts the target's tokens, as on the command line; it was ``none`` here before the
-configuration was declared once) and ``draft_spec``, ``target_dtype``/``draft_dtype``
+``target``, ``draft``, ``spec`` (or ``target_spec``; default ``auto``, as on the command
+line: the strategy's own token-level method inside the target) and ``draft_spec``, ``target_dtype``/``draft_dtype``
 (``auto``: the fastest on this machine, measured), ``num_speculative_tokens``,
 ``target_url``/``draft_url`` (OpenAI-compatible servers; the model is then the name they
 serve) and ``api_key_env``, ``judge``, ``threshold`` (score judge), ``max_tokens``,

@@ -686,6 +686,9 @@ def _describe_arm(arm: str, results: dict[str, Any], judges: dict[str, str | Non
     parts = [f"`{strategy}`"] + ([f"judge `{judge}`"] if judge else [])
     if given:
         parts.append(", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()))
+    target_spec = ((results["run"].get("arms") or {}).get(arm) or {}).get("target_spec")
+    if target_spec:
+        parts.append(f"the target's token-level speculation: {target_spec}")
     return f"* `{arm}`: " + "; ".join(parts)
 
 
@@ -765,7 +768,9 @@ def write_report(run_dir: str | Path) -> Path:
     def model(role: str, speculation: str) -> str:
         if config.get(f"{role}_url"):
             return f"{role} `{config[role]}` served at {config[f'{role}_url']}"
-        return f"{role} `{config[role]}` ({speculation}: {config[f'{role}_spec']})"
+        method = config[f"{role}_spec"]
+        own = " (each arm's strategy's own, listed with the arms)" if method == "auto" else ""
+        return f"{role} `{config[role]}` ({speculation}: {method}{own})"
 
     no_reset = sorted({role for s in sessions for role, ok in (s.get("prefix_cache_reset") or {}).items() if not ok})
     lines += [
