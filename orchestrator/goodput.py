@@ -29,16 +29,16 @@ the governor measures instead of guessing a count:
   opening and plan (a policy's own choice, with the question's prefill) are no
   samples and belong to no regime: they run in either, as new problems arrive.
 
-Worked example (this CPU, 25 GSM8K problems in flight, bucket 16-31; measured,
-``benchmarks/measured/governor_openings_gsm8k100-149_cpu``): the target writes every
-opening and plan; then all decisions go to the target until 4 target steps
-ran pure (about 0.21 s per trace token, as target-only's steps), then to the
-draft until 4 drafted steps ran pure (0.26 s per token, every trace in flight
-drafting); the target wins and writes on. Measured mixed instead (a governor
-that took any step as a sample), target steps beside drafted ones read 0.35 s
-per token and drafted ones 0.21, so drafting looked cheaper while it made the
-wave slower. When the load falls back, that bucket's own rates decide again (and
-alone, the draft drafts).
+Worked example (this CPU, GSM8K problems in waves of 25, measured:
+``benchmarks/measured/governor_gsm8k100-149_cpu``): the target writes every
+opening and plan; at 16-31 in flight all decisions go to the target until 4
+target steps ran pure (0.22 s per trace token), then to the draft until 4
+drafted steps ran pure (0.36 s: every trace drafting); the target wins and
+writes on. At 8-15 in flight: 0.14 against 0.35, the target again. Measured
+mixed instead (a governor that took any step as a sample), target steps beside
+drafted ones read 0.35 s per token and drafted ones 0.21, so drafting looked
+cheaper while it made every wave slower. When the load falls back, that
+bucket's own rates decide again (and alone, the draft drafts).
 """
 
 from __future__ import annotations
