@@ -19,6 +19,7 @@ these fields.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -59,13 +60,19 @@ def engines_for(pair: EnginePair, strategy: str) -> tuple[Any, Any]:
     return pair.engines(known.target_spec) if known else pair.engines()  # unknown: check_reasoner names it
 
 
+@functools.cache
+def _default_engines(strategy: str) -> tuple[Any, Any]:
+    """The bundled pair's engine configs for ``strategy`` (frozen: one pair serves each default)."""
+    return engines_for(EnginePair(), strategy)
+
+
 class ReasonerConfig(ReasonerSettings):
     """A whole reasoner: its settings and its two engines (default: the bundled pair, with
     the target's token-level speculation its strategy's own, :func:`engines_for`)."""
 
-    target: EngineConfig = Field(default_factory=lambda data: engines_for(EnginePair(), data["strategy"])[0],
+    target: EngineConfig = Field(default_factory=lambda data: _default_engines(data["strategy"])[0],
                                  description="The target's engine.")
-    draft: EngineConfig | None = Field(default_factory=lambda data: engines_for(EnginePair(), data["strategy"])[1],
+    draft: EngineConfig | None = Field(default_factory=lambda data: _default_engines(data["strategy"])[1],
                                        description="The draft's engine (strategies that draft steps).")
     max_concurrency: int = Field(8, ge=1, description="Problems in flight at once (solve_many).")
 

@@ -157,9 +157,10 @@ class TraceRun:
     def decide(self, written: Callable[[], int] | None = None, forced: StepMode | None = None) -> StepMode:
         """Who writes the next step(s): the governor's choice at the current load (always
         the draft without one), or ``forced``, the policy's own (the target's opening),
-        which the governor counts as running but neither chooses nor takes as a sample. What was written under it is
-        observed at the next decision (or when the trace leaves): the trace's new tokens,
-        or, for a search whose text is not yet the trace's, the new tokens that ``written`` counts."""
+        which the governor counts as running but neither chooses nor takes as a sample.
+        What was written under it is observed at the next decision (or when the trace
+        leaves): the trace's new tokens, or, for a search whose text is not yet the
+        trace's, the new tokens that ``written`` counts."""
         if self.governor is None:
             return forced or StepMode.DRAFT
         self._observe_decision()

@@ -181,7 +181,8 @@ class BenchSpec(RunSettings):
                 raise ValueError(f"--latency-strategies must name arms, each once; got "
                                  f"{','.join(self.latency_strategies)!r}")
 
-        return {label: self._named(label, lambda: check_reasoner(self.arm_config(label), models=False))
+        configs = {label: self.arm_config(label) for label in self.strategies}  # each names its arm
+        return {label: self._named(label, lambda: check_reasoner(configs[label], models=False))
                 for label in self.strategies}
 
     def arm_config(self, label: str, max_concurrency: int | None = None) -> ReasonerConfig:
@@ -207,12 +208,11 @@ class BenchSpec(RunSettings):
         draft, and one target per token-level method the arms' strategies ask of it
         (``target_spec`` auto: each strategy's own), named "target" when there is one, else
         "target (METHOD)". An arm whose strategy never asks the target or the draft gets none."""
-        wanted = {label: self.arm_config(label) for label in self.strategies}
+        wanted = {label: (get_strategy(self.strategy_of(label)), self.arm_config(label)) for label in self.strategies}
         configs: dict[str, EngineConfig] = {}
         roles: dict[str, tuple[str | None, str | None]] = {}
-        targets = {c.target for label, c in wanted.items() if get_strategy(self.strategy_of(label)).needs_target}
-        for label, c in wanted.items():
-            strategy = get_strategy(self.strategy_of(label))
+        targets = {c.target for strategy, c in wanted.values() if strategy.needs_target}
+        for label, (strategy, c) in wanted.items():
             target = draft = None
             if strategy.needs_target:
                 target = "target" if len(targets) == 1 else f"target ({getattr(c.target, 'speculation', None) or 'none'})"
@@ -235,7 +235,7 @@ class BenchSpec(RunSettings):
         try:
             return make()
         except ValueError as e:
-            if label == strategy or str(e).startswith(f"arm '{label}'"):  # unnamed, or named already
+            if label == strategy:
                 raise
             message = f"arm '{label}' ({strategy}): {e}"
             try:
