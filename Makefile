@@ -35,9 +35,10 @@ test-fast:
 # each strategy's own), every arm and solve starting with cold caches. Throughput: waves of 25
 # at once (resumable wave by wave), with target-only also on suffix decoding (specreason's
 # target, faster in a batch than the draft model inside it); latency: the first 30, one at a
-# time, interleaved. Resumable: run it again. (The 2026-12-02 run, before the target's method
-# was each strategy's own: benchmarks/measured/gsm8k100_speed_cpu.)
-BENCH_DIR ?= benchmarks/measured/gsm8k100_speed_2026-12-03_cpu
+# time, interleaved. Resumable: run it again. (Earlier runs: benchmarks/measured/gsm8k100_speed_cpu,
+# 2026-12-02, before the target's method was each strategy's own; gsm8k100_speed_2026-12-03_cpu,
+# before the drafted opening and the governor's bounded exploration.)
+BENCH_DIR ?= benchmarks/measured/gsm8k100_speed_2026-12-03b_cpu
 BENCH_ARMS = --dataset gsm8k --limit 100 --mode both --latency-limit 30 --throughput-wave 25 \
 	--max-tokens 640 --kv-cache-gib 1.0 --strategies target-only,specreason,draft-only,to-suffix \
 	--latency-strategies target-only,specreason,draft-only \

@@ -19,22 +19,28 @@ the governor measures instead of guessing a count:
   target's batch. At one load, a pure step's seconds per token of its trace is
   the load's trace tokens per second under that mode, up to the factor of load.
 * *decision* before each step: alone (load 1) the draft always drafts (the
-  latency case stepspec is for, and no batch to lose to). At a higher load,
-  until a mode has ``min_samples`` pure steps in the current bucket, every
-  decision goes to it (exploration, the target first: a whole regime, since a
-  mode's steps are pure only when every trace in flight writes in that mode);
-  then the mode with fewer seconds per token wins, and every ``explore_every``-th
-  decision in the bucket switches to the other mode until it has
-  ``min_samples`` more pure steps, so its rate stays current. The target's
-  opening and plan (a policy's own choice, with the question's prefill) are no
-  samples and belong to no regime: they run in either, as new problems arrive.
+  latency case stepspec is for, and no batch to lose to). At a higher load, a
+  *verdict* carried from a neighbouring load decides first: drafting that lost at
+  a lower load loses here too (more in flight, cheaper target tokens), drafting
+  that won at a higher load wins here too. Else the bucket's own rates: until a
+  mode has ``min_samples`` pure steps, decisions go to it (exploration, the target
+  first: a whole regime, since a mode's steps are pure only when every trace in
+  flight writes in that mode), until ``max_spoiled`` of its steps have ended
+  impure; a mode that could not be measured so (its steps never ran pure, as in
+  a wave's tail) loses to the target, the baseline. Then the mode with fewer
+  seconds per token wins, and every ``explore_every``-th decision in the bucket
+  switches to the other mode until it has ``min_samples`` more pure steps (again
+  within ``max_spoiled``), so its rate stays current. The target's opening and plan (a
+  policy's own choice, with the question's prefill) are no samples and belong to
+  no regime: they run in either, as new problems arrive.
 
 Worked example (this CPU, GSM8K problems in waves of 25, measured:
 ``benchmarks/measured/governor_gsm8k100-149_cpu``): the target writes every
 opening and plan; at 16-31 in flight all decisions go to the target until 4
 target steps ran pure (0.22 s per trace token), then to the draft until 4
 drafted steps ran pure (0.36 s: every trace drafting); the target wins and
-writes on. At 8-15 in flight: 0.14 against 0.35, the target again. Measured
+writes on, and at every higher load. At 8-15 in flight: 0.14 against 0.35, the
+target again, and from then on at 16-31 without asking. Measured
 mixed instead (a governor that took any step as a sample), target steps beside
 drafted ones read 0.35 s per token and drafted ones 0.21, so drafting looked
 cheaper while it made every wave slower. When the load falls back, that
@@ -65,9 +71,19 @@ class BucketRates:
     seconds_per_token: dict[StepMode, float] = field(default_factory=dict)
     num_samples: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
     num_decisions: int = 0
-    # A re-measured mode: it writes until it has this many pure samples.
+    # Steps of each mode that ended impure (no sample): exploration's cost, bounded by max_spoiled.
+    num_spoiled: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    # A re-measured mode: it writes until it has this many pure samples, or this many spoiled steps.
     exploring: StepMode | None = None
     explore_until: int = 0
+    explore_spoiled_until: int = 0
+
+    def verdict(self, min_samples: int) -> StepMode | None:
+        """The faster mode, once both have their samples; None before."""
+        if min(self.num_samples.values()) < min_samples:
+            return None
+        spt = self.seconds_per_token
+        return StepMode.DRAFT if spt[StepMode.DRAFT] <= spt[StepMode.TARGET] else StepMode.TARGET
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,7 @@ class GoodputGovernor:
     """Shared by every trace of a reasoner: the load, the measured rates, the decisions."""
 
     min_samples: int = 4
+    max_spoiled: int = 8  # steps of a mode that may end impure while a bucket measures it
     explore_every: int = 250
     smoothing: float = 0.3  # weight of the newest observation
     clock: Callable[[], float] = time.perf_counter
@@ -109,26 +126,45 @@ class GoodputGovernor:
 
     def decide(self) -> StepMode:
         """Who writes the next step at the current load."""
-        rates = self.buckets.setdefault(self.bucket(self.in_flight), BucketRates())
+        b = self.bucket(self.in_flight)
+        rates = self.buckets.setdefault(b, BucketRates())
         rates.num_decisions += 1
-        n = rates.num_samples
-        unmeasured = [m for m in (StepMode.TARGET, StepMode.DRAFT) if n[m] < self.min_samples]
         if self.in_flight <= 1:
             mode = StepMode.DRAFT
-        elif unmeasured:
-            mode = unmeasured[0]
-        elif rates.exploring is not None and n[rates.exploring] < rates.explore_until:
-            mode = rates.exploring
         else:
-            spt = rates.seconds_per_token
-            best = StepMode.DRAFT if spt[StepMode.DRAFT] <= spt[StepMode.TARGET] else StepMode.TARGET
-            rates.exploring = None
-            mode = best
-            if rates.num_decisions % self.explore_every == 0:
-                mode = rates.exploring = best.other
-                rates.explore_until = n[mode] + self.min_samples
+            mode = self.carried_verdict(b) or self.measure_or_choose(rates)
         self.num_decisions[mode] += 1
         return mode
+
+    def carried_verdict(self, b: int) -> StepMode | None:
+        """A neighbouring load's verdict that holds at bucket ``b``: the target, if it won at
+        a lower load (beyond 1 in flight); the draft, if it won at a higher one. The nearest
+        such load decides (measurements that disagree: the closer one holds, the lower on a tie)."""
+        for other in sorted(self.buckets, key=lambda o: (abs(o.bit_length() - b.bit_length()), o > b)):
+            verdict = self.buckets[other].verdict(self.min_samples)
+            if (verdict is StepMode.TARGET and 1 < other < b) or (verdict is StepMode.DRAFT and other > b):
+                return verdict
+        return None
+
+    def measure_or_choose(self, rates: BucketRates) -> StepMode:
+        """The bucket's own decision: explore a mode that lacks samples (until max_spoiled of its steps ended impure),
+        else the faster mode, re-measuring the other one every ``explore_every`` decisions."""
+        n, spoiled = rates.num_samples, rates.num_spoiled
+        for mode in (StepMode.TARGET, StepMode.DRAFT):
+            if n[mode] < self.min_samples and spoiled[mode] < self.max_spoiled:
+                return mode
+        ex = rates.exploring
+        if ex is not None and n[ex] < rates.explore_until and spoiled[ex] < rates.explore_spoiled_until:
+            return ex
+        rates.exploring = None
+        # Unmeasured, its steps spoiled: the draft loses to the target, the baseline.
+        best = rates.verdict(self.min_samples) or StepMode.TARGET
+        if rates.num_decisions % self.explore_every == 0:
+            rates.exploring = best.other
+            rates.explore_until = n[best.other] + self.min_samples
+            rates.explore_spoiled_until = spoiled[best.other] + self.max_spoiled
+            return best.other
+        return best
 
     def begin(self, mode: StepMode, measured: bool = True) -> StepTicket:
         """A step starts under ``mode``. ``measured=False``: a step the policy gives the
@@ -145,16 +181,37 @@ class GoodputGovernor:
         """The step of ``ticket`` wrote ``num_tokens`` of trace text; measured if it stayed pure."""
         kind = ticket.mode
         self.num_running[kind] -= 1
-        if kind is not None and ticket.pure and self.num_started[kind.other] == ticket.others_started:
+        if kind is None:
+            return
+        if ticket.pure and self.num_started[kind.other] == ticket.others_started:
             self.observe(kind, ticket.load, num_tokens, self.clock() - ticket.started)
+        else:
+            self.buckets.setdefault(self.bucket(ticket.load), BucketRates()).num_spoiled[kind] += 1
 
     def snapshot(self) -> dict:
         """What it measured and decided, for a results file: per load bucket, each mode's
-        seconds per trace token and pure samples; decisions per mode."""
+        seconds per trace token, pure samples and spoiled steps; decisions per mode. ``restore``
+        reads it back."""
         return {"decisions": {m.value: n for m, n in self.num_decisions.items()},
                 "buckets": {str(b): {m.value: {"seconds_per_token": r.seconds_per_token.get(m),
-                                               "samples": r.num_samples[m]} for m in StepMode}
+                                               "samples": r.num_samples[m], "spoiled": r.num_spoiled[m]}
+                                     for m in StepMode} | {"decisions": r.num_decisions}
                             for b, r in sorted(self.buckets.items())}}
+
+    @classmethod
+    def restore(cls, snapshot: dict, **settings: object) -> "GoodputGovernor":
+        """A governor that knows what ``snapshot`` measured (a later session of a bench, as a
+        server keeps its governor); nothing in flight."""
+        governor = cls(**settings)  # type: ignore[arg-type]
+        governor.num_decisions.update({StepMode(m): n for m, n in snapshot["decisions"].items()})
+        for b, modes in snapshot["buckets"].items():
+            rates = governor.buckets[int(b)] = BucketRates(num_decisions=modes.get("decisions", 0))
+            for m in StepMode:
+                if modes[m.value]["seconds_per_token"] is not None:
+                    rates.seconds_per_token[m] = modes[m.value]["seconds_per_token"]
+                rates.num_samples[m] = modes[m.value]["samples"]
+                rates.num_spoiled[m] = modes[m.value].get("spoiled", 0)
+        return governor
 
     def observe(self, mode: StepMode, load: int, num_tokens: int, seconds: float) -> None:
         """A pure step: ``num_tokens`` of trace text in ``seconds``, begun at ``load``."""

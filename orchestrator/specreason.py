@@ -5,7 +5,8 @@ large model scores it 0-9 in one token (the ``score`` judge, prefix-cached);
 a step scored at or above the threshold stays, otherwise the large model
 writes that step itself from the same prefix. The first ``first_target_steps``
 steps are written by the target outright (default 2: the opening and the plan; why:
-:class:`orchestrator.driver.TargetOpening`). Chosen on GSM8K test problems 100-129 (not
+:class:`orchestrator.driver.TargetOpening`); with ``draft_opening`` the draft writes the
+first (the opening sentence, judged as any drafted step) and the target the plan. Chosen on GSM8K test problems 100-129 (not
 the bench's), all at once, likelihood judge at its defaults: target-only 19/30; drafting
 from the first step 17/30 (4 lost, 2 gained), the target writing 31% of the tokens; the
 target writing the first two steps 19/30 (3 lost, 3 gained), the target writing 47%.
@@ -51,6 +52,10 @@ from orchestrator.trace import Author, StepRecord, Trace
 class SpecReasonOptions(Backoff, TargetOpening):
     """The target's opening steps, backing off under load, and how a cut step is repaired."""
 
+    draft_opening: bool = Field(True, description="the draft writes the first step (the opening sentence), "
+                                "judged as any drafted step; the target writes the rest of its first_target_steps "
+                                "(the plan)")
+
     draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target writes only its own "
                                  "token at the cut and the draft drafts on from there (judged again), up to this "
                                  "many times in a step; past that (and with 0) the target writes the rest of the step")
@@ -68,7 +73,8 @@ class SpecReason(Policy):
         self.judge, self.options = judge, options
 
     async def step(self, run: TraceRun) -> None:
-        opening = len(run.steps) < self.options.first_target_steps  # the target's own
+        done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
+        opening = done < self.options.first_target_steps and not (self.options.draft_opening and done == 0)
         mode = run.decide(forced=StepMode.TARGET if opening else None)  # goodput: at this load, does drafting pay?
         if mode is StepMode.TARGET:
             run.keep(Author.TARGET, await run.write("target"), backoff=not opening)

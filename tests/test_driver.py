@@ -175,7 +175,7 @@ def test_the_budget_is_declared_once_frozen_and_hashable():
 def test_every_strategy_declares_its_options_once():
     expected = {
         "target-only": {}, "draft-only": {}, "arbitrage-oracle": {},
-        "specreason": {"first_target_steps": 2, "backoff": True, "draft_after_cut": 2},
+        "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "draft_after_cut": 2},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True},
         "spec-thinking": {"takeover_tokens": 128},
         "arbitrage": {"first_target_steps": 2, "backoff": True},

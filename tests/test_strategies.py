@@ -79,9 +79,15 @@ def test_specreason_keeps_accepted_drafts_and_regenerates_rejected_ones():
 def test_first_steps_by_the_target_and_budgets():
     judge = FixedJudge(True)
     trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=judge,
-                           first_target_steps=1))
+                           first_target_steps=1, draft_opening=False))
     assert trace.steps[0].author == "target" and trace.steps[0].draft_text is None
     assert len(judge.seen) == len(trace.steps) - 1
+    # draft_opening: the draft writes the first step (judged), the target the rest of its steps
+    judge = FixedJudge(True)
+    drafted = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=judge,
+                             first_target_steps=2, draft_opening=True))
+    assert [s.author for s in drafted.steps] == ["draft", "target", "draft"]
+    assert drafted.steps[0].accepted is True and drafted.steps[1].draft_text is None and len(judge.seen) == 2
     endless = ScriptedEngine(continuation=lambda p: f"step {p.count('step')}\n\n")
     capped = run(target_only(Q, target=endless, budget=Budget(max_steps=3)))
     assert capped.stop_reason == "max_steps" and len(capped.steps) == 3 and capped.answer is None
@@ -342,11 +348,62 @@ def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheap
     assert g.decide() is StepMode.DRAFT
     g.observe(StepMode.DRAFT, 8, 10, 4.0)
     assert g.decide() is StepMode.TARGET
-    assert g.snapshot()["buckets"]["8"] == {"draft": {"seconds_per_token": pytest.approx(0.4), "samples": 4},
-                                            "target": {"seconds_per_token": pytest.approx(0.1), "samples": 2}}
+    assert g.snapshot()["buckets"]["8"] == {
+        "draft": {"seconds_per_token": pytest.approx(0.4), "samples": 4, "spoiled": 0},
+        "target": {"seconds_per_token": pytest.approx(0.1), "samples": 2, "spoiled": 0}, "decisions": 13}
     for _ in range(7):
         g.exit()
     assert g.decide() is StepMode.DRAFT  # the load fell: draft again
+
+
+def test_goodput_governor_bounds_exploration_carries_verdicts_and_restores():
+    """A mode whose steps never run pure (a wave's tail) is explored until ``max_spoiled`` of
+    its steps ended impure, then the target, the baseline, writes; a verdict carries to the
+    loads it implies; a governor restored from a snapshot decides as the one that took it."""
+    from orchestrator.goodput import GoodputGovernor, StepMode
+
+    g = GoodputGovernor(min_samples=2, max_spoiled=3, explore_every=50)
+    for _ in range(3):
+        g.enter()  # bucket 2
+    target = [g.begin(g.decide()) for _ in range(2)]
+    assert {t.mode for t in target} == {StepMode.TARGET}  # the target first
+    for t in target:
+        g.end(t, 10)  # pure: measured
+    drafted = [g.begin(g.decide()) for _ in range(2)]
+    assert {t.mode for t in drafted} == {StepMode.DRAFT}  # then drafting
+    for _ in range(3):
+        beside = g.begin(StepMode.TARGET, measured=True)  # a step of the other mode beside each: spoiled
+        t = g.begin(g.decide())
+        assert t.mode is StepMode.DRAFT
+        g.end(beside, 10)
+        g.end(t, 10)
+    for t in drafted:
+        g.end(t, 10)
+    assert g.buckets[2].num_spoiled == {StepMode.TARGET: 3, StepMode.DRAFT: 5}
+    assert g.buckets[2].num_samples == {StepMode.TARGET: 2, StepMode.DRAFT: 0}
+    # drafting spoiled max_spoiled times, unmeasured: the target writes; the 50th decision re-explores
+    decisions = [g.decide() for _ in range(50 - g.buckets[2].num_decisions)]
+    assert set(decisions[:-1]) == {StepMode.TARGET} and decisions[-1] is StepMode.DRAFT
+    # drafting measured dearer at 4-7 in flight: at 8 and beyond the target writes without exploring
+    for _ in range(2):
+        g.observe(StepMode.TARGET, 4, 10, 1.0)
+        g.observe(StepMode.DRAFT, 4, 10, 3.0)
+    for _ in range(9):
+        g.enter()  # 12 in flight: bucket 8
+    assert {g.decide() for _ in range(20)} == {StepMode.TARGET} and g.buckets[8].num_samples[StepMode.TARGET] == 0
+    # drafting measured cheaper at 16-31: as near as 4-7, so the lower load's verdict holds
+    for _ in range(2):
+        g.observe(StepMode.TARGET, 16, 10, 3.0)
+        g.observe(StepMode.DRAFT, 16, 10, 1.0)
+    assert g.decide() is StepMode.TARGET
+    g.buckets.pop(4)  # without it, drafting wins at 8-15 too, without exploring there
+    g.buckets.pop(8)
+    assert {g.decide() for _ in range(5)} == {StepMode.DRAFT}
+    again = GoodputGovernor.restore(g.snapshot(), min_samples=2, max_spoiled=3, explore_every=50)
+    assert again.snapshot() == g.snapshot() and again.in_flight == 0
+    for _ in range(12):
+        again.enter()
+    assert {again.decide() for _ in range(5)} == {StepMode.DRAFT}
 
 
 def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_beside():

@@ -184,7 +184,7 @@ def scenarios() -> dict[str, Callable[[], Awaitable[Any]]]:
             Q, target=ScriptedEngine(continuation=lambda p: " ".join(["word"] * 50)),
             budget=Budget(max_step_tokens=10, max_tokens=40, max_cut_steps=None)),
         "target-only thinking": lambda: target_only(Q, target=thinking_model(), **b),
-        "specreason": lambda: specreason(Q, first_target_steps=1, draft=script(*DRAFT_STEPS),
+        "specreason": lambda: specreason(Q, first_target_steps=1, draft_opening=False, draft=script(*DRAFT_STEPS),
                                          target=script(*TARGET_STEPS), judge=Judge("13 - 4"), **b),
         "specreason thinking": lambda: specreason(Q, first_target_steps=0, draft=thinking_model(),
                                                   target=thinking_model(), judge=Judge(), **b),

@@ -550,8 +550,11 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
         write_jsonl(samples_file(arm, "throughput"), done_tp[arm].values())
         entry["num_solved"] = len(done_tp[arm])
         reasoner = spec.reasoners(arm_engines, (arm,), max_concurrency=len(wave))[arm]
-        if reasoner.governor is not None:  # what it measured in this session's earlier waves, as a server keeps it
-            reasoner.governor = governors.setdefault(arm, reasoner.governor)
+        if reasoner.governor is not None:  # what it measured in the earlier waves, as a server keeps it
+            if arm not in governors:  # a later session: the last wave's governor, restored
+                last = next((r["governor"] for r in reversed(entry["waves"]) if "governor" in r), None)
+                governors[arm] = reasoner.governor if last is None else GoodputGovernor.restore(last)
+            reasoner.governor = governors[arm]
         await reasoner.asolve("What is 2 + 3?")  # first-call costs off the clock
         record = {"problems": sorted(ids), "status": "running", "num_solved": 0, "wall_seconds": None,
                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
