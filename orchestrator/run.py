@@ -154,19 +154,22 @@ class TraceRun:
         if governor is not None:
             governor.enter()
 
-    def decide(self, written: Callable[[], int] | None = None, forced: StepMode | None = None) -> StepMode:
+    def decide(self, written: Callable[[], int] | None = None, forced: StepMode | None = None,
+               sample: bool = True) -> StepMode:
         """Who writes the next step(s): the governor's choice at the current load (always
         the draft without one), or ``forced``, the policy's own (the target's opening),
         which the governor counts as running but neither chooses nor takes as a sample.
-        What was written under it is observed at the next decision (or when the trace
-        leaves): the trace's new tokens, or, for a search whose text is not yet the
-        trace's, the new tokens that ``written`` counts."""
+        ``sample=False``: the governor's choice, but no sample either (a step with the
+        question's prefill, whose seconds per token are not its mode's). What was written
+        under it is observed at the next decision (or when the trace leaves): the trace's
+        new tokens, or, for a search whose text is not yet the trace's, the new tokens
+        that ``written`` counts."""
         if self.governor is None:
             return forced or StepMode.DRAFT
         self._observe_decision()
         mode = forced or self.governor.decide()
         count = written or (lambda: self.num_tokens)
-        self._decision = (self.governor.begin(mode, measured=forced is None), count(), count)
+        self._decision = (self.governor.begin(mode, measured=forced is None and sample), count(), count)
         return mode
 
     def _observe_decision(self) -> None:

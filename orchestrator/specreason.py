@@ -75,7 +75,8 @@ class SpecReason(Policy):
     async def step(self, run: TraceRun) -> None:
         done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
         opening = done < self.options.first_target_steps and not (self.options.draft_opening and done == 0)
-        mode = run.decide(forced=StepMode.TARGET if opening else None)  # goodput: at this load, does drafting pay?
+        # goodput: at this load, does drafting pay? (the first step, with the question's prefill: no sample)
+        mode = run.decide(forced=StepMode.TARGET if opening else None, sample=done > 0)
         if mode is StepMode.TARGET:
             run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
             return

@@ -452,6 +452,19 @@ def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_besi
     assert g.num_running == {StepMode.DRAFT: 0, StepMode.TARGET: 0, None: 0}
 
 
+def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
+    """The first step carries the question's prefill: its seconds per token are not its mode's."""
+    from orchestrator.goodput import GoodputGovernor, StepMode
+
+    for draft_opening in (False, True):  # drafting from the first step, or the opening drafted
+        g = GoodputGovernor()
+        trace = run(specreason(Q, first_target_steps=int(draft_opening), draft_opening=draft_opening,
+                               draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(True),
+                               governor=g))
+        assert [s.author for s in trace.steps] == ["draft"] * 3
+        assert g.buckets[1].num_samples[StepMode.DRAFT] == 2  # the second and third steps
+
+
 @pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
 def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     """Many problems in flight, target steps measured cheaper per token: the target writes."""
