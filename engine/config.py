@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from engine.dtype import Dtype
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError, resolve_model
 from engine.speculation import AUTO_SPEC, METHODS, speculative_config
+from engine.session import DEFAULT_SESSION_HEADER
 
 if TYPE_CHECKING:
     from engine.models import PrepareProgress
@@ -139,6 +140,9 @@ class OpenAIEngineConfig(_Config):
                                   "this machine lacks the server's own.")
     max_model_len: int | None = Field(None, description="The server's context window (default: as it reports).")
     timeout_s: float = Field(120.0, gt=0, description="Seconds per HTTP request.")
+    session_header: str | None = Field(DEFAULT_SESSION_HEADER, description="The header that carries a trace's "
+                                       "session id on every request (a prefix-aware router keeps a trace on one "
+                                       "replica by it); None: no header.")
 
     @model_validator(mode="before")
     @classmethod
@@ -187,7 +191,7 @@ def build_engine(name: str, config: VLLMEngineConfig | OpenAIEngineConfig, *,
 
         return OpenAIEngine(config.base_url, config.model, name=name, api_key_env=config.api_key_env,
                             timeout_s=config.timeout_s, max_model_len=config.max_model_len,
-                            tokenizer=config.tokenizer)
+                            tokenizer=config.tokenizer, session_header=config.session_header)
     from engine.vllm_backend import VLLMEngine
 
     check_engine(config)  # an unknown token drafter fails before the model is prepared

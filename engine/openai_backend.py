@@ -72,6 +72,7 @@ import tenacity
 from common.names import did_you_mean
 from engine.protocol import EngineError, EngineUnavailableError
 from engine.stats import EngineStats, SpecDecodingStats
+from engine.session import DEFAULT_SESSION_HEADER, TRACE_SESSION
 from engine.types import (
     Completion,
     ContinuationRequest,
@@ -202,6 +203,9 @@ class OpenAIEngine:
       at :meth:`start`, for ``count_tokens``, ``apply_chat_template`` and token texts
       (default: the served model's ``root`` when this machine has it; pass one where it
       does not, or where the server was started with its own ``--tokenizer``).
+    * ``session_header``: the header that carries the calling trace's session id
+      (:mod:`engine.session`), so a prefix-aware router keeps a trace on one replica;
+      None sends none.
     * ``continuation_scoring``: how :meth:`score_continuations` reads the server's
       logprobs: ``"prompt_logprobs"`` (vLLM), ``"echo"`` (``echo`` + ``logprobs``), or
       ``"auto"`` (the first call finds out; :attr:`scoring_mode` then says which).
@@ -212,7 +216,8 @@ class OpenAIEngine:
     def __init__(self, base_url: str, model: str, *, name: str | None = None, api_key: str | None = None,
                  api_key_env: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
                  max_model_len: int | None = None, tokenizer: str | None = None, max_concurrency: int = 64,
-                 retry_backoff_s: float = 0.5, continuation_scoring: str = "auto") -> None:
+                 retry_backoff_s: float = 0.5, continuation_scoring: str = "auto",
+                 session_header: str | None = DEFAULT_SESSION_HEADER) -> None:
         who = f"engine '{name or model}'"
         if api_key is not None and api_key_env is not None:
             raise EngineError(f"{who}: pass api_key or api_key_env, not both")
@@ -237,6 +242,7 @@ class OpenAIEngine:
         self.max_model_len = max_model_len
         self.tokenizer_name = tokenizer
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.session_header = session_header
         self._timeout = httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0))
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -327,6 +333,11 @@ class OpenAIEngine:
         assert self._semaphore is not None
         return self._client, self._semaphore
 
+    def _session_headers(self) -> dict[str, str]:
+        """The trace's session header (:mod:`engine.session`), when a trace is calling."""
+        session = TRACE_SESSION.get()
+        return {self.session_header: session} if session and self.session_header else {}
+
     def _backoff(self, state: tenacity.RetryCallState) -> float:
         """Seconds before the next attempt: ``retry_backoff_s * 2**n`` after the (n+1)-th,
         at least a 429's ``Retry-After``, at most 30."""
@@ -347,7 +358,7 @@ class OpenAIEngine:
             async for attempt in self._retrying.copy():
                 with attempt:
                     async with semaphore:
-                        resp = await client.request(method, path, json=payload)
+                        resp = await client.request(method, path, json=payload, headers=self._session_headers())
                     if _retryable_status(resp.status_code):
                         raise _RetryableStatus(resp)
         except _RETRYABLE_TRANSPORT_ERRORS as e:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.names import did_you_mean
 from engine.protocol import Engine, EngineError
+from engine.session import TRACE_SESSION, new_session
 from orchestrator.budget import Budget
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import ReasoningError, TraceRun
@@ -121,7 +122,19 @@ async def drive(policy: Policy, question: str, engines: Mapping[str, Engine | No
                 rules: StepRules = StepRules(), budget: Budget = Budget(),
                 on_step: Callable[[StepRecord], None] | None = None,
                 governor: GoodputGovernor | None = None) -> Trace:
-    """One trace of ``question`` written by ``policy`` over ``engines`` (by role; None: absent)."""
+    """One trace of ``question`` written by ``policy`` over ``engines`` (by role; None: absent).
+    Its model calls carry a session id (:mod:`engine.session`): the caller's, or its own."""
+    session = None if TRACE_SESSION.get() else TRACE_SESSION.set(new_session())
+    try:
+        return await _drive(policy, question, engines, rules, budget, on_step, governor)
+    finally:
+        if session is not None:
+            TRACE_SESSION.reset(session)
+
+
+async def _drive(policy: Policy, question: str, engines: Mapping[str, Engine | None], rules: StepRules,
+                 budget: Budget, on_step: Callable[[StepRecord], None] | None,
+                 governor: GoodputGovernor | None) -> Trace:
     run = TraceRun(question, policy.name, rules, budget, {r: e for r, e in engines.items() if e is not None},
                    on_step, governor)
     try:

@@ -24,7 +24,7 @@ PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows"
 # workflows/ each sub-package is a unit of its own.
 LAYER = {"common": 0, "engine": 1, "judges": 2, "routers": 2, "orchestrator": 3,
          "workflows.agents": 4, "workflows.eval": 4, "workflows.examples": 5, "workflows.routing": 5,
-         "workflows.flows": 5, "workflows.cli": 6}
+         "workflows.flows": 5, "workflows.serve": 6, "workflows.cli": 7}
 # Old import paths kept for users (``from workflows.tools import tool``); no stepspec module uses them.
 COMPAT = {"workflows.tools", "workflows.agent", "workflows.lm_eval_model"}
 

@@ -34,6 +34,7 @@ from orchestrator.strategies import STRATEGIES
 from workflows.eval.bench import BenchSpec
 from workflows.eval.datasets import DatasetError
 from workflows.routing.collect import CollectSpec
+from workflows.serve.settings import ServeSettings
 
 app = typer.Typer(
     help="stepspec: reasoning-level speculative orchestration over vLLM.",
@@ -858,6 +859,76 @@ def _print_router(m: dict, curve: list) -> None:
             c.add_row(f"{point.tau:.4g}", pct(point.target_call_share), pct(point.target_token_share),
                       pct(point.missed_cut_share), num(point.mean_quality, ".2f"))
         console.print(c)
+
+
+@app.command()
+def serve(
+    workflow: Optional[str] = typer.Argument(None, help="A workflow YAML file: each reasoner it declares is served "
+                                             "as a model of its name (default: one reasoner, from the flags)."),
+    name: str = typer.Option("stepspec", help="The model name clients ask for (the reasoner the flags describe)."),
+    host: str = _opt(ServeSettings, "host"),
+    port: int = _opt(ServeSettings, "port"),
+    api_key_env: Optional[str] = _opt(ServeSettings, "api_key_env"),
+    max_concurrency: int = _opt(ServeSettings, "max_concurrency"),
+    max_body_bytes: int = _opt(ServeSettings, "max_body_bytes"),
+    strategy: str = STRATEGY,
+    judge: Optional[str] = JUDGE,
+    judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
+    router: Optional[str] = ROUTER,
+    router_opt: list[str] = typer.Option([], help="Any router option, key=value, e.g. tau=0.3 (repeatable)."),
+    opt: list[str] = typer.Option([], help="Any strategy option, key=value (repeatable)."),
+    target: str = TARGET,
+    draft: str = DRAFT,
+    target_spec: str = TARGET_SPEC,
+    draft_spec: str = DRAFT_SPEC,
+    target_dtype: str = TARGET_DTYPE,
+    draft_dtype: str = DRAFT_DTYPE,
+    num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
+    target_url: Optional[str] = TARGET_URL,
+    draft_url: Optional[str] = DRAFT_URL,
+    engine_api_key_env: Optional[str] = _opt(RunSettings, "api_key_env", "--engine-api-key-env"),
+    max_tokens: int = MAX_TOKENS,
+    max_step_tokens: int = MAX_STEP_TOKENS,
+    max_steps: int = MAX_STEPS,
+    timeout: Optional[float] = TIMEOUT,
+    delimiter: str = DELIMITER,
+    kv_cache_gib: float = KV_CACHE_GIB,
+    max_model_len: int = MAX_MODEL_LEN,
+    verbose: int = VERBOSE,
+) -> None:
+    """Serve speculative reasoning behind an OpenAI-compatible endpoint (/v1/chat/completions,
+    /v1/completions, /v1/models, /health): the steps stream as reasoning_content, the answer
+    as content; a request's strategy and options go in its "stepspec" object (the openai
+    SDK's extra_body). Binds 127.0.0.1 unless --host says otherwise."""
+    import uvicorn
+
+    from orchestrator.reasoner import Reasoner
+    from workflows.serve.app import build_app
+
+    _setup_logging(verbose)
+    settings = ServeSettings(host=host, port=port, api_key_env=api_key_env, max_concurrency=max_concurrency,
+                             max_body_bytes=max_body_bytes)
+    settings.api_key()  # an unset key variable fails before any model is prepared
+    close = None
+    if workflow is not None:
+        from workflows.flows.runner import WorkflowRun, check_workflow
+        from workflows.flows.spec import load_workflow
+
+        w = load_workflow(workflow)
+        check_workflow(w)
+        run = WorkflowRun(w)
+        if not run.reasoners:
+            raise ValueError(f"{workflow} declares no reasoners: nothing to serve (add a 'reasoners:' section)")
+        reasoners, close = run.reasoners, run.close
+    else:
+        fields = {**_fields(RunSettings, locals()), "api_key_env": engine_api_key_env}
+        config = RunSettings(**fields).reasoner_config(
+            strategy=strategy, judge=judge, judge_options=_parse_opts(judge_opt), router=router,
+            router_options=_parse_opts(router_opt, "--router-opt"), **_parse_opts(opt, "--opt"))
+        with _prepare_progress() as on_prepare:
+            reasoners = {name: Reasoner.from_config(config, on_prepare=on_prepare)}
+    console.print(f"serving {', '.join(reasoners)} on http://{host}:{port}/v1 (engines start first)", highlight=False)
+    uvicorn.run(build_app(reasoners, settings, close), host=host, port=port, log_level="info" if verbose else "warning")
 
 
 @app.command()

@@ -1,0 +1,457 @@
+"""``stepspec serve``: speculative reasoning behind an OpenAI-compatible endpoint.
+
+Any client of the OpenAI API (the openai SDK, LangChain, DSPy, lm-eval's API models,
+curl) gets a reasoning trace per request:
+
+* ``POST /v1/chat/completions`` (streaming or not): the steps as ``reasoning_content``,
+  the answer step as ``content``, the way vLLM's reasoning parsers split a reply. A step
+  is streamed once it is final (a drafted step after its judge, a cut step's pieces as
+  they join the trace), so nothing streamed is taken back; the last step is held until
+  the trace ends, since only then is it known to be the answer.
+* ``POST /v1/completions``: the trace's whole text as ``text``.
+* ``GET /v1/models``: the served reasoners, by name; ``GET /health``.
+
+Every response carries ``usage`` and a ``stepspec`` object: the trace's stats (steps,
+drafted steps kept and cut, the target's token share, times, token-level acceptance).
+All requests to a model share its reasoner, so concurrent traces batch in the engines and
+the goodput governor sees their load. A client that disconnects cancels its trace, which
+aborts its engine requests. Each trace's engine calls carry a session id
+(:mod:`engine.session`): behind a prefix-aware router a trace stays on one replica.
+
+Worked example::
+
+    stepspec serve                # the bundled pair, specreason, on 127.0.0.1:8000
+
+    from openai import OpenAI
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")
+    for chunk in client.chat.completions.create(model="stepspec", stream=True,
+            messages=[{"role": "user", "content": "What is 12 * 13?"}]):
+        print(chunk.choices[0].delta)  # reasoning_content deltas, then the content
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from openai.types import Completion, CompletionChoice, CompletionUsage, Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+
+from common.names import did_you_mean
+from engine.session import TRACE_SESSION
+from orchestrator.budget import Budget
+from orchestrator.goodput import GoodputGovernor
+from orchestrator.prompts import reasoning_messages
+from orchestrator.reasoner import Reasoner, Solution
+from orchestrator.run import ReasoningError
+from orchestrator.strategies import STRATEGIES
+from orchestrator.trace import StepRecord, StopReason, Trace
+from workflows.serve.protocol import RequestError, TraceRequest, parse_chat, parse_completion, parse_json
+from workflows.serve.settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+# Stop reasons that end a trace by its own text; the others are a budget's (finish_reason "length").
+_STOPPED = {StopReason.ANSWER, StopReason.EOS, StopReason.ACTION, StopReason.REPETITION}
+
+
+def answer_split(steps: tuple[StepRecord, ...]) -> int:
+    """Where the answer step starts: the index of the first record of the last step (a
+    step cut into pieces is several records, all but its last ``complete=False``)."""
+    start = len(steps) - 1
+    while start > 0 and not steps[start - 1].complete:
+        start -= 1
+    return max(start, 0)
+
+
+def _joined(records: list[StepRecord] | tuple[StepRecord, ...], delimiter: str) -> str:
+    out = ""
+    for r in records:
+        out += r.text + (delimiter if r.complete else "")
+    return out
+
+
+def reasoning_and_answer(trace: Trace) -> tuple[str, str]:
+    """(the reasoning: every step before the last, each with its delimiter; the last step)."""
+    k = answer_split(trace.steps)
+    return _joined(trace.steps[:k], trace.delimiter), "".join(r.text for r in trace.steps[k:])
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """``text`` up to the first of the stop strings (OpenAI's ``stop``)."""
+    cuts = [text.index(s) for s in stop if s and s in text]
+    return text[:min(cuts)] if cuts else text
+
+
+class HeldStep:
+    """Streams a trace's records as they join it, one step behind: a step goes out (with
+    its delimiter) once the next one begins; the last one is the answer."""
+
+    def __init__(self, delimiter: str) -> None:
+        self.delimiter, self.held = delimiter, []
+
+    def push(self, record: StepRecord) -> str | None:
+        out = None
+        if self.held and self.held[-1].complete:
+            out, self.held = _joined(self.held, self.delimiter), []
+        self.held.append(record)
+        return out
+
+    def answer(self) -> str:
+        return "".join(r.text for r in self.held)
+
+
+class Served:
+    """The served reasoners by model name, the traces in flight, and the reasoners that
+    requests with their own ``stepspec`` settings run on (the same engines; kept for
+    the next request asking the same, with a governor per strategy)."""
+
+    def __init__(self, reasoners: Mapping[str, Reasoner], settings: ServeSettings) -> None:
+        if not reasoners:
+            raise ValueError("nothing to serve: give at least one reasoner")
+        self.reasoners, self.settings = dict(reasoners), settings
+        self.in_flight = 0
+        self.variants: OrderedDict[str, Reasoner] = OrderedDict()
+        self.governors: dict[tuple[str, str], GoodputGovernor] = {
+            (name, r.strategy.name): r.governor for name, r in self.reasoners.items() if r.governor is not None}
+        self.created = int(time.time())
+
+    def model(self, name: str | None) -> tuple[str, Reasoner]:
+        if name is None or name == "":
+            if len(self.reasoners) == 1:
+                return next(iter(self.reasoners.items()))
+            raise RequestError(400, f"'model' is required: this server serves {', '.join(self.reasoners)}", "model")
+        if name not in self.reasoners:
+            raise RequestError(404, f"model '{name}' is not served here{did_you_mean(name, self.reasoners)} "
+                                    f"(served: {', '.join(self.reasoners)}; GET /v1/models lists them)",
+                               "model", kind="not_found_error")
+        return name, self.reasoners[name]
+
+    def reasoner_for(self, name: str, base: Reasoner, request: TraceRequest) -> Reasoner:
+        """The reasoner of this request: the served one, or one with the request's settings
+        on the same engines."""
+        ext = request.extension
+        strategy = ext.strategy or base.strategy.name
+        same = strategy == base.strategy.name
+        options = {**(base.options if same else {}), **ext.options}
+        fields = _strategy_option_names(strategy)
+        for key, value in request.sampling.items():
+            if key in fields:
+                options[key] = value
+            elif key == "temperature" and value != 0:
+                raise RequestError(400, f"temperature={value}: strategy '{strategy}' decodes greedily; send 0 or "
+                                        "leave it out (tree and best-of-n sample: their temperature option)",
+                                   "temperature")
+        budget = dict(ext.budget)
+        if request.max_tokens is not None:
+            budget["max_tokens"] = request.max_tokens
+        if same and not ext.judge and not ext.judge_options and not budget and options == base.options:
+            return base
+        key = json.dumps([name, strategy, options, ext.judge, ext.judge_options, budget], sort_keys=True, default=str)
+        if key in self.variants:
+            self.variants.move_to_end(key)
+            return self.variants[key]
+        try:
+            merged = Budget(**{**base.budget.model_dump(), **budget})
+            judge = ext.judge if ext.judge or ext.judge_options or not same else base.judge
+            reasoner = Reasoner(base.target, base.draft, strategy=strategy, judge=judge,
+                                judge_options=ext.judge_options or None,
+                                router=base.router if _needs_router(strategy) else None,
+                                rules=base.rules, budget=merged, max_concurrency=base.max_concurrency, **options)
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
+            raise RequestError(400, f"stepspec: {e}", "stepspec") from None
+        if reasoner.governor is not None:  # one governor per served model and strategy: it sees their load
+            reasoner.governor = self.governors.setdefault((name, strategy), reasoner.governor)
+        self.variants[key] = reasoner
+        while len(self.variants) > 32:
+            self.variants.popitem(last=False)
+        return reasoner
+
+    def admit(self) -> None:
+        if self.in_flight >= self.settings.max_concurrency:
+            raise RequestError(429, f"{self.in_flight} traces in flight, the server's --max-concurrency; retry after "
+                                    f"{self.settings.retry_after_s} s", kind="rate_limit_error",
+                               headers={"Retry-After": str(self.settings.retry_after_s)})
+        self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+
+
+def _strategy_option_names(strategy: str) -> set[str]:
+    known = STRATEGIES.get(strategy)
+    return set(known.options_model().model_fields) if known else set()
+
+
+def _needs_router(strategy: str) -> bool:
+    known = STRATEGIES.get(strategy)
+    return known is not None and known.needs_router
+
+
+async def _solve(reasoner: Reasoner, question: str, session: str,
+                 on_step: Callable[[StepRecord], None] | None = None) -> Solution:
+    TRACE_SESSION.set(session)  # this task's own context: every engine call of the trace carries it
+    return await reasoner.asolve(question, on_step)
+
+
+async def _prompt_tokens(reasoner: Reasoner, question: str) -> int:
+    prompt = await reasoner.target.aapply_chat_template(reasoning_messages(question))
+    return await reasoner.target.acount_tokens(prompt)
+
+
+def _usage(prompt_tokens: int, trace: Trace) -> CompletionUsage:
+    return CompletionUsage(prompt_tokens=prompt_tokens, completion_tokens=trace.num_tokens,
+                           total_tokens=prompt_tokens + trace.num_tokens)
+
+
+def _finish_reason(trace: Trace) -> str:
+    return "stop" if trace.stop_reason in _STOPPED else "length"
+
+
+def _trace_failed(e: ReasoningError) -> RequestError:
+    return RequestError(502, f"the trace failed after {len(e.trace.steps)} steps: {e}", kind="server_error")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the request body is {declared} bytes, over this server's limit of {limit} "
+                                "(--max-body-bytes)", kind="invalid_request_error")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(413, f"the request body is over this server's limit of {limit} bytes "
+                                    "(--max-body-bytes)")
+    return body
+
+
+def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = ServeSettings(),
+              close: Callable[[], Awaitable[None]] | None = None) -> FastAPI:
+    """The FastAPI app serving ``reasoners`` (by model name). Its lifespan starts their
+    engines (requests are served once they are up) and closes them at shutdown, then
+    calls ``close`` (what owns engines the reasoners share: a workflow's)."""
+    served = Served(reasoners, settings)
+    api_key = settings.api_key()
+
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for reasoner in served.reasoners.values():
+            await reasoner.start()
+        try:
+            yield
+        finally:
+            for reasoner in served.reasoners.values():
+                await reasoner.aclose()
+            if close is not None:
+                await close()
+
+    app = FastAPI(title="stepspec", lifespan=lifespan)
+    app.state.served = served
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, e: RequestError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, e: Exception) -> JSONResponse:
+        logger.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse(RequestError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error").body(),
+                            status_code=500)
+
+    def authorize(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise RequestError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' with the key in "
+                                    "the server's --api-key-env variable", kind="authentication_error")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "in_flight": served.in_flight}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        authorize(request)
+        return {"object": "list", "data": [
+            Model(id=name, created=served.created, object="model", owned_by="stepspec").model_dump()
+            for name in served.reasoners]}
+
+    async def checked(request: Request, parse: Callable[[dict], TraceRequest]) -> tuple[str, Reasoner, TraceRequest]:
+        authorize(request)
+        body = parse_json(await _read_body(request, settings.max_body_bytes))
+        trace_request = parse(body)
+        name, base = served.model(trace_request.model)
+        return name, served.reasoner_for(name, base, trace_request), trace_request
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        name, reasoner, tr = await checked(request, parse_chat)
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        if tr.stream:
+            return _streamed(served, request, reasoner, tr, rid, _chat_chunks(name, rid, tr, reasoner))
+        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
+        trace = solution.trace
+        reasoning, answer = reasoning_and_answer(trace)
+        message = ChatCompletionMessage(role="assistant", content=cut_at_stop(answer, tr.stop),
+                                        reasoning_content=reasoning)
+        body = ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=name,
+                              choices=[Choice(index=0, message=message, finish_reason=_finish_reason(trace))],
+                              usage=_usage(prompt_tokens, trace), stepspec=solution.stats)
+        return JSONResponse(body.model_dump(mode="json", exclude_none=True))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        name, reasoner, tr = await checked(request, parse_completion)
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        if tr.stream:
+            return _streamed(served, request, reasoner, tr, rid, _completion_chunks(name, rid, tr, reasoner))
+        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
+        trace = solution.trace
+        body = Completion(id=rid, object="text_completion", created=int(time.time()), model=name,
+                          choices=[CompletionChoice(index=0, text=cut_at_stop(trace.text, tr.stop),
+                                                    finish_reason=_finish_reason(trace))],
+                          usage=_usage(prompt_tokens, trace), stepspec=solution.stats)
+        return JSONResponse(body.model_dump(mode="json", exclude_none=True))
+
+    return app
+
+
+async def _solved(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest,
+                  rid: str) -> tuple[Solution, int]:
+    """Solve, watching the client: one that disconnects cancels the trace (and its engine
+    requests)."""
+    served.admit()
+    task = asyncio.ensure_future(_solve(reasoner, tr.question, rid))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=served.settings.disconnect_poll_s)
+            if done:
+                break
+            if await request.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                logger.info("%s: the client disconnected; its trace was cancelled", rid)
+                raise RequestError(499, "the client closed the request")
+        try:
+            solution = task.result()
+        except ReasoningError as e:
+            raise _trace_failed(e) from None
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        served.release()
+    return solution, await _prompt_tokens(reasoner, tr.question)
+
+
+_DONE = object()
+
+
+def _streamed(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest, rid: str,
+              render: Callable[[asyncio.Queue, asyncio.Task], AsyncIterator[str]]) -> StreamingResponse:
+    """An SSE response: ``render`` turns the trace's records (from a queue) into events.
+    The trace runs as a task; a client that goes away cancels the stream, which cancels it."""
+    served.admit()
+    queue: asyncio.Queue = asyncio.Queue()
+    task = asyncio.ensure_future(_solve(reasoner, tr.question, rid, queue.put_nowait))
+    task.add_done_callback(lambda _: (served.release(), queue.put_nowait(_DONE)))
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            async for event in render(queue, task):
+                yield event
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                logger.info("%s: the stream ended before the trace; the trace was cancelled", rid)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _sse(data: Any) -> str:
+    payload = data.model_dump(mode="json", exclude_none=True) if hasattr(data, "model_dump") else data
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+async def _records(queue: asyncio.Queue) -> AsyncIterator[StepRecord]:
+    while (item := await queue.get()) is not _DONE:
+        yield item
+
+
+def _error_event(e: ReasoningError) -> str:
+    return _sse(_trace_failed(e).body()) + "data: [DONE]\n\n"
+
+
+def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
+    created = int(time.time())
+
+    def chunk(delta: ChoiceDelta, finish: str | None = None, **extra: Any) -> str:
+        return _sse(ChatCompletionChunk(id=rid, object="chat.completion.chunk", created=created, model=name,
+                                        choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)], **extra))
+
+    async def render(queue: asyncio.Queue, task: asyncio.Task) -> AsyncIterator[str]:
+        yield chunk(ChoiceDelta(role="assistant", content=""))
+        held = HeldStep(reasoner.rules.delimiter)
+        async for record in _records(queue):
+            if (text := held.push(record)) is not None:
+                yield chunk(ChoiceDelta(reasoning_content=text))
+        try:
+            solution = task.result()
+        except ReasoningError as e:
+            yield _error_event(e)
+            return
+        trace = solution.trace
+        yield chunk(ChoiceDelta(content=cut_at_stop(held.answer(), tr.stop)), _finish_reason(trace),
+                    stepspec=solution.stats)
+        if tr.include_usage:
+            usage = _usage(await _prompt_tokens(reasoner, tr.question), trace)
+            yield _sse(ChatCompletionChunk(id=rid, object="chat.completion.chunk", created=created, model=name,
+                                           choices=[], usage=usage))
+        yield "data: [DONE]\n\n"
+
+    return render
+
+
+def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
+    created = int(time.time())
+
+    def chunk(text: str, finish: str | None = None, **extra: Any) -> str:
+        # a chunk's finish_reason is null until the last: built as the SDK builds what it reads
+        choice = CompletionChoice.model_construct(index=0, text=text, finish_reason=finish, logprobs=None)
+        return _sse(Completion.model_construct(id=rid, object="text_completion", created=created, model=name,
+                                               choices=[choice], **extra))
+
+    async def render(queue: asyncio.Queue, task: asyncio.Task) -> AsyncIterator[str]:
+        written, sent, after = "", "", ""  # the trace's text so far, what went out, the delimiter owed
+        async for record in _records(queue):
+            written += after + record.text
+            after = reasoner.rules.delimiter if record.complete else ""
+            cut = cut_at_stop(written, tr.stop)
+            if piece := cut[len(sent):]:
+                sent = cut
+                yield chunk(piece)
+        try:
+            solution = task.result()
+        except ReasoningError as e:
+            yield _error_event(e)
+            return
+        trace = solution.trace
+        usage = _usage(await _prompt_tokens(reasoner, tr.question), trace) if tr.include_usage else None
+        yield chunk("", _finish_reason(trace), stepspec=solution.stats, usage=usage)
+        yield "data: [DONE]\n\n"
+
+    return render

@@ -1,0 +1,193 @@
+"""What a request to ``stepspec serve`` may ask, checked before any model works on it.
+
+The bodies are OpenAI's (``/v1/chat/completions``, ``/v1/completions``), validated by
+vLLM's own request models (the same checks vLLM's server makes: types, ranges, message
+shapes). stepspec reads the parameters that have a meaning for a reasoning trace and
+refuses the rest by name, with a 400 (:class:`RequestError`):
+
+* ``max_tokens`` / ``max_completion_tokens``: the trace's token budget.
+* ``temperature``: 0 (or absent) for the strategies that decode greedily; the sampling
+  temperature of those that sample (``tree``, ``best-of-n``: their ``temperature`` option).
+* ``seed``: the seed option of the strategies that sample; greedy ones are deterministic.
+* ``stop``: the answer is cut at the first stop string.
+* ``n``: 1. ``stream``, ``stream_options.include_usage``; ``user`` is accepted and unused.
+* ``stepspec`` (the openai SDK's ``extra_body={"stepspec": {...}}``): the strategy, its
+  options, the judge and its options, the budget (:class:`StepspecOptions`), checked by
+  the same declarations every entry point uses.
+
+Worked example: ``{"model": "specreason", "messages": [...], "max_tokens": 512,
+"stepspec": {"strategy": "tree", "options": {"k": 3}}}`` solves with ``tree`` (k=3) on
+the served reasoner's engines with a 512-token budget; ``"top_p": 0.9`` instead is a 400
+naming ``top_p`` as unsupported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.names import did_you_mean
+from orchestrator.prompts import Chat
+
+# The OpenAI parameters a trace gives a meaning to (the rest: a 400 naming them).
+CHAT_PARAMETERS = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                   "temperature", "stop", "seed", "n", "user"}
+COMPLETION_PARAMETERS = {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "stop", "seed",
+                         "n", "user"}
+EXTENSION = "stepspec"
+
+
+class RequestError(Exception):
+    """A request the server refuses: the HTTP status, what is wrong and how to fix it, and
+    the parameter it concerns (OpenAI's error ``param``)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+class StepspecOptions(BaseModel):
+    """The request's ``stepspec`` object: what this request's trace does differently from
+    the served reasoner's configuration. Names are checked by the reasoner's own
+    declarations (an unknown strategy, option or judge is a 400 with the closest name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str | None = Field(None, description="Another strategy on the same engines.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Strategy options (k, gamma, ...).")
+    judge: str | None = Field(None, description="Another judge.")
+    judge_options: dict[str, Any] = Field(default_factory=dict, description="The judge's options.")
+    budget: dict[str, Any] = Field(default_factory=dict, description="Budget fields (max_steps, max_seconds, ...).")
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """A checked request: the question (a :class:`Chat` for a conversation), and what the
+    trace does differently from the served reasoner."""
+
+    kind: Literal["chat", "completion"]
+    model: str | None
+    question: str
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    sampling: dict[str, Any] = field(default_factory=dict)  # temperature / seed, as given
+    extension: StepspecOptions = field(default_factory=StepspecOptions)
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 saying where it is malformed."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the request body is not valid JSON ({e}); send a JSON object with "
+                                "Content-Type: application/json") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _validation_message(e: ValidationError) -> tuple[str, str | None]:
+    problems, param = [], None
+    for err in e.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        param = param or (str(err["loc"][0]) if err["loc"] else None)
+        problems.append(f"{where or 'body'}: {err['msg']}")
+    return "; ".join(problems[:5]), param
+
+
+def _refuse_unsupported(body: Mapping[str, Any], supported: set[str], known: set[str]) -> None:
+    for key, value in body.items():
+        if key in supported or key == EXTENSION:
+            continue
+        if key in known:
+            if value is None or value is False or value == [] or value == {}:
+                continue  # a default spelled out
+            raise RequestError(400, f"'{key}' is not supported by stepspec serve (a reasoning trace has no meaning "
+                                    f"for it); leave it out. Supported: {', '.join(sorted(supported))}", key)
+        raise RequestError(400, f"unknown parameter '{key}'{did_you_mean(key, sorted(known | {EXTENSION}))}", key)
+
+
+def _extension(body: Mapping[str, Any]) -> StepspecOptions:
+    try:
+        return StepspecOptions.model_validate(body.get(EXTENSION) or {})
+    except ValidationError as e:
+        message, param = _validation_message(e)
+        known = sorted(StepspecOptions.model_fields)
+        if any(err["type"] == "extra_forbidden" for err in e.errors()):
+            bad = next(str(err["loc"][0]) for err in e.errors() if err["type"] == "extra_forbidden")
+            message = f"'{EXTENSION}' has no field '{bad}'{did_you_mean(bad, known)} (fields: {', '.join(known)})"
+        raise RequestError(400, f"{EXTENSION}: {message}", f"{EXTENSION}.{param}" if param else EXTENSION) from None
+
+
+def _common(body: Mapping[str, Any], request: Any) -> dict[str, Any]:
+    if (request.n or 1) != 1:
+        raise RequestError(400, f"n={request.n}: stepspec serve writes one trace per request; send n=1 (or several "
+                                "requests)", "n")
+    stop = request.stop or ()
+    sampling = {k: body[k] for k in ("temperature", "seed") if body.get(k) is not None}
+    options = request.stream_options
+    return dict(model=request.model, stream=bool(request.stream),
+                include_usage=bool(options and options.include_usage),
+                stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling,
+                extension=_extension(body))
+
+
+def parse_chat(body: Mapping[str, Any]) -> TraceRequest:
+    """A ``/v1/chat/completions`` body, checked (vLLM's ChatCompletionRequest, then the
+    parameters above)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    if "messages" not in body:
+        raise RequestError(400, "'messages' is required: the conversation to answer, e.g. "
+                                '[{"role": "user", "content": "What is 12 * 13?"}]', "messages")
+    try:
+        request = ChatCompletionRequest.model_validate(dict(body))
+    except ValidationError as e:
+        raise RequestError(400, *_validation_message(e)) from None
+    _refuse_unsupported(body, CHAT_PARAMETERS, set(ChatCompletionRequest.model_fields))
+    messages = [{"role": m["role"], "content": _text(m.get("content"), i)} for i, m in enumerate(body["messages"])]
+    if not messages or messages[-1]["role"] != "user":
+        raise RequestError(400, "the last message must be the user's: the trace is the assistant's answer to it",
+                           "messages")
+    if not messages[-1]["content"].strip():
+        raise RequestError(400, "the last user message is empty; give the problem to reason about", "messages")
+    question = Chat(messages[-1]["content"], messages) if len(messages) > 1 else messages[0]["content"]
+    tokens = request.max_completion_tokens or request.max_tokens
+    return TraceRequest("chat", question=question, max_tokens=tokens, **_common(body, request))
+
+
+def _text(content: Any, index: int) -> str:
+    """A message's text: a string, or text parts joined (images and audio: a 400)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(p.get("text", "") for p in content)
+    raise RequestError(400, f"messages.{index}.content: stepspec serve reads text only (a string, or parts of "
+                            "type 'text')", "messages")
+
+
+def parse_completion(body: Mapping[str, Any]) -> TraceRequest:
+    """A ``/v1/completions`` body: ``prompt`` is the question (one string)."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise RequestError(400, "'prompt' must be one non-empty string: the question to reason about", "prompt")
+    try:
+        request = CompletionRequest.model_validate({**body, "prompt": prompt})
+    except ValidationError as e:
+        raise RequestError(400, *_validation_message(e)) from None
+    _refuse_unsupported(body, COMPLETION_PARAMETERS, set(CompletionRequest.model_fields))
+    return TraceRequest("completion", question=prompt, max_tokens=request.max_tokens, **_common(body, request))
