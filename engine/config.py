@@ -266,6 +266,10 @@ class EnginePair(_Config):
                                   "server instead of in-process vLLM.")
     api_key_env: str | None = like(OpenAIEngineConfig, "api_key_env", exclude_if=_unset,
                                    description="Environment variable holding the servers' API key.")
+    session_header: str | None = like(OpenAIEngineConfig, "session_header",
+                                      exclude_if=lambda v: v == DEFAULT_SESSION_HEADER,
+                                      description="The header carrying each trace's session id on every request "
+                                      "to the servers (a prefix-aware router keeps a trace on one replica by it).")
 
     @field_validator("target_spec", "draft_spec")
     @classmethod
@@ -307,7 +311,8 @@ class EnginePair(_Config):
     def _engine(self, model: str, url: str | None, method: str, drafter: str | None,
                 dtype: str) -> VLLMEngineConfig | OpenAIEngineConfig:
         if url:
-            return OpenAIEngineConfig(base_url=url, model=model, api_key_env=self.api_key_env)
+            return OpenAIEngineConfig(base_url=url, model=model, api_key_env=self.api_key_env,
+                                      session_header=self.session_header)
         speculating = method != "none"
         return VLLMEngineConfig(model=model, dtype=dtype, kv_cache_gib=self.kv_cache_gib, max_model_len=self.max_model_len,
                                 max_num_seqs=self.max_num_seqs, speculation=method if speculating else None,

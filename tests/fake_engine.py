@@ -59,6 +59,8 @@ class ScriptedEngine:
         self.scored: list[tuple[str, list[str]]] = []  # (prefix, continuation tokens) per scored request
         self.prompts: list[str] = []
         self.num_calls = 0
+        self.running = 0
+        self.num_cancelled = 0  # calls cancelled while waiting
         self.started = False
         self._stats = EngineStats()
 
@@ -72,7 +74,14 @@ class ScriptedEngine:
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.num_calls += 1
         if self.delay is not None:
-            await asyncio.sleep(self.delay)
+            self.running += 1  # calls waiting now (a cancelled one ends, as an aborted request)
+            try:
+                await asyncio.sleep(self.delay)
+            except asyncio.CancelledError:
+                self.num_cancelled += 1
+                raise
+            finally:
+                self.running -= 1
         results = []
         for r in requests:
             self.prompts.append(str(r.prompt))

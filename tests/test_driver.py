@@ -331,3 +331,40 @@ def test_every_strategy_is_a_short_policy():
     assert all(n <= 60 for name, n in found.items() if name != "TreeSearch"), found
     assert found["TreeSearch"] <= 75
     assert StrategyOptions.model_config["frozen"]
+
+
+def test_every_engine_call_of_a_trace_carries_its_session_and_traces_differ():
+    """engine.session: the driver gives each trace a session id (or keeps its caller's)."""
+    from engine.session import TRACE_SESSION
+    from orchestrator.specreason import specreason
+
+    seen: list[str | None] = []
+
+    def watching(*steps):  # script()'s engine, noting the session of each call
+        def continuation(prompt: str) -> str:
+            seen.append(TRACE_SESSION.get())
+            return steps[min(prompt.split("<|assistant|>")[-1].count("\n\n"), len(steps) - 1)]
+        return ScriptedEngine(continuation=continuation)
+
+    async def two_traces():
+        first = await specreason(Q, draft=watching(*DRAFT_STEPS), target=watching(*TARGET_STEPS),
+                                 judge=_AcceptAll(), first_target_steps=1, draft_opening=False)
+        n = len(seen)
+        TRACE_SESSION.set("from-the-server")
+        await specreason(Q, draft=watching(*DRAFT_STEPS), target=watching(*TARGET_STEPS), judge=_AcceptAll())
+        return first, n
+
+    trace, n = asyncio.run(two_traces())
+    assert n >= 3 and len(set(seen[:n])) == 1 and seen[0] is not None  # one session for every call of a trace
+    assert set(seen[n:]) == {"from-the-server"}
+
+
+class _AcceptAll:
+    needs_target_step = False
+    name = "accept-all"
+
+    async def judge(self, candidates):
+        from judges.base import Verdict
+
+        return [Verdict(self.name, True, score=9.0) for _ in candidates]
+

@@ -113,6 +113,7 @@ class _Stub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _StubHandler)
         self.routes: dict[tuple[str, str], tuple | Callable[[dict], tuple]] = {}
         self.hits: list[tuple[str, str, dict | None]] = []
+        self.headers_seen: list[dict[str, str]] = []  # each request's headers
         self.delay_s = 0.0  # how long each answer takes (a slow server)
 
     @property
@@ -125,6 +126,7 @@ class _StubHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.server.hits.append((method, self.path, body))
+        self.server.headers_seen.append(dict(self.headers))
         time.sleep(self.server.delay_s)
         route = self.server.routes.get((method, self.path), (404, {"detail": "Not Found"}))
         status, payload, *headers = route(body) if callable(route) else route
@@ -200,6 +202,32 @@ def test_5xx_retried_then_error_4xx_not_retried(stub):
                 await engine.generate([GenerationRequest("hi")])
 
     _run(go())
+
+
+def test_a_traces_session_id_goes_in_the_session_header_of_every_request(stub):
+    """A prefix-aware router keeps a trace on one replica by this header (engine.session)."""
+    from engine.session import TRACE_SESSION
+
+    stub.routes[("POST", "/v1/completions")] = (200, {"choices": [{"index": 0, "text": "ab", "finish_reason": "stop",
+                                                                  "token_ids": [5, 6]}],
+                                                      "usage": {"prompt_tokens": 1}})
+
+    async def calls(session, **kwargs):
+        stub.headers_seen.clear()
+        if session:
+            TRACE_SESSION.set(session)
+        async with OpenAIEngine(stub.url, "m", **kwargs) as engine:
+            await engine.generate([GenerationRequest("hi")])
+            await engine.generate([GenerationRequest("ho")])
+        return [h.get("X-Session-ID") or h.get("x-session-id") for h in stub.headers_seen[-2:]]
+
+    assert _run(calls("trace-1")) == ["trace-1", "trace-1"]
+    assert _run(calls(None)) == [None, None]  # no trace calling: no header
+    stub.headers_seen.clear()
+    _run(calls("trace-2", session_header="x-user-id"))
+    assert [h.get("x-user-id") for h in stub.headers_seen[-2:]] == ["trace-2", "trace-2"]
+    _run(calls("trace-3", session_header=None))
+    assert not any("trace-3" in h.values() for h in stub.headers_seen)
 
 
 def test_finish_reasons_usage_and_spec_metrics_from_canned_answers(stub):

@@ -96,6 +96,7 @@ NUM_SPECULATIVE_TOKENS = _opt(RunSettings, "num_speculative_tokens")
 TARGET_URL = _opt(RunSettings, "target_url", more="--target is then the model name it serves.")
 DRAFT_URL = _opt(RunSettings, "draft_url", more="--draft is then the model name it serves.")
 API_KEY_ENV = _opt(RunSettings, "api_key_env")
+SESSION_HEADER = _opt(RunSettings, "session_header")
 MAX_TOKENS = _opt(RunSettings, "max_tokens")
 MAX_STEP_TOKENS = _opt(RunSettings, "max_step_tokens")
 MAX_STEPS = _opt(RunSettings, "max_steps")
@@ -887,6 +888,7 @@ def serve(
     target_url: Optional[str] = TARGET_URL,
     draft_url: Optional[str] = DRAFT_URL,
     engine_api_key_env: Optional[str] = _opt(RunSettings, "api_key_env", "--engine-api-key-env"),
+    session_header: Optional[str] = SESSION_HEADER,
     max_tokens: int = MAX_TOKENS,
     max_step_tokens: int = MAX_STEP_TOKENS,
     max_steps: int = MAX_STEPS,

@@ -57,6 +57,7 @@ from orchestrator.reasoner import Reasoner, Solution
 from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES
 from orchestrator.trace import StepRecord, StopReason, Trace
+from orchestrator.verify_queue import JudgeQueue
 from workflows.serve.protocol import RequestError, TraceRequest, parse_chat, parse_completion, parse_json
 from workflows.serve.settings import ServeSettings
 
@@ -164,13 +165,16 @@ class Served:
             return self.variants[key]
         try:
             merged = Budget(**{**base.budget.model_dump(), **budget})
-            judge = ext.judge if ext.judge or ext.judge_options or not same else base.judge
-            reasoner = Reasoner(base.target, base.draft, strategy=strategy, judge=judge,
+            own_judge = bool(ext.judge or ext.judge_options or not same)
+            shared = base.judge.inner if isinstance(base.judge, JudgeQueue) else base.judge
+            reasoner = Reasoner(base.target, base.draft, strategy=strategy, judge=ext.judge if own_judge else shared,
                                 judge_options=ext.judge_options or None,
                                 router=base.router if _needs_router(strategy) else None,
                                 rules=base.rules, budget=merged, max_concurrency=base.max_concurrency, **options)
         except (ValueError, TypeError) as e:  # pydantic's ValidationError is a ValueError
             raise RequestError(400, f"stepspec: {e}", "stepspec") from None
+        if not own_judge:
+            reasoner.judge = base.judge  # the served reasoner's judge (its queue batches every request's steps)
         if reasoner.governor is not None:  # one governor per served model and strategy: it sees their load
             reasoner.governor = self.governors.setdefault((name, strategy), reasoner.governor)
         self.variants[key] = reasoner
@@ -191,7 +195,7 @@ class Served:
 
 def _strategy_option_names(strategy: str) -> set[str]:
     known = STRATEGIES.get(strategy)
-    return set(known.options_model().model_fields) if known else set()
+    return set(known.options) if known else set()
 
 
 def _needs_router(strategy: str) -> bool:
@@ -360,7 +364,7 @@ _DONE = object()
 
 
 def _streamed(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest, rid: str,
-              render: Callable[[asyncio.Queue, asyncio.Task], AsyncIterator[str]]) -> StreamingResponse:
+              render: Callable[[AsyncIterator[StepRecord], asyncio.Task], AsyncIterator[str]]) -> StreamingResponse:
     """An SSE response: ``render`` turns the trace's records (from a queue) into events.
     The trace runs as a task; a client that goes away cancels the stream, which cancels it."""
     served.admit()
@@ -370,8 +374,10 @@ def _streamed(served: Served, request: Request, reasoner: Reasoner, tr: TraceReq
 
     async def events() -> AsyncIterator[str]:
         try:
-            async for event in render(queue, task):
+            async for event in render(_records(queue, request, served.settings.disconnect_poll_s), task):
                 yield event
+        except ClientGone:
+            pass
         finally:
             if not task.done():
                 task.cancel()
@@ -387,13 +393,33 @@ def _sse(data: Any) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-async def _records(queue: asyncio.Queue) -> AsyncIterator[StepRecord]:
-    while (item := await queue.get()) is not _DONE:
+class ClientGone(Exception):
+    """The client of a stream went away before the trace ended."""
+
+
+async def _records(queue: asyncio.Queue, request: Request, poll_s: float) -> AsyncIterator[StepRecord]:
+    """The trace's records as they join it, until it ends; raises :class:`ClientGone` as
+    soon as the client disconnects (the stream's end then cancels the trace)."""
+    while True:
+        try:
+            item = await asyncio.wait_for(queue.get(), timeout=poll_s)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                raise ClientGone from None
+            continue
+        if item is _DONE:
+            return
         yield item
 
 
-def _error_event(e: ReasoningError) -> str:
-    return _sse(_trace_failed(e).body()) + "data: [DONE]\n\n"
+def _error_event(e: Exception) -> str:
+    """A failed trace, as the stream's last events (the SDK raises it as an APIError)."""
+    if isinstance(e, ReasoningError):
+        error = _trace_failed(e)
+    else:
+        logger.error("a streamed trace failed: %s: %s", type(e).__name__, e, exc_info=e)
+        error = RequestError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error")
+    return _sse(error.body()) + "data: [DONE]\n\n"
 
 
 def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
@@ -403,15 +429,15 @@ def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
         return _sse(ChatCompletionChunk(id=rid, object="chat.completion.chunk", created=created, model=name,
                                         choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)], **extra))
 
-    async def render(queue: asyncio.Queue, task: asyncio.Task) -> AsyncIterator[str]:
+    async def render(records: AsyncIterator[StepRecord], task: asyncio.Task) -> AsyncIterator[str]:
         yield chunk(ChoiceDelta(role="assistant", content=""))
         held = HeldStep(reasoner.rules.delimiter)
-        async for record in _records(queue):
+        async for record in records:
             if (text := held.push(record)) is not None:
                 yield chunk(ChoiceDelta(reasoning_content=text))
         try:
             solution = task.result()
-        except ReasoningError as e:
+        except Exception as e:
             yield _error_event(e)
             return
         trace = solution.trace
@@ -435,9 +461,9 @@ def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner
         return _sse(Completion.model_construct(id=rid, object="text_completion", created=created, model=name,
                                                choices=[choice], **extra))
 
-    async def render(queue: asyncio.Queue, task: asyncio.Task) -> AsyncIterator[str]:
+    async def render(records: AsyncIterator[StepRecord], task: asyncio.Task) -> AsyncIterator[str]:
         written, sent, after = "", "", ""  # the trace's text so far, what went out, the delimiter owed
-        async for record in _records(queue):
+        async for record in records:
             written += after + record.text
             after = reasoner.rules.delimiter if record.complete else ""
             cut = cut_at_stop(written, tr.stop)
@@ -446,7 +472,7 @@ def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner
                 yield chunk(piece)
         try:
             solution = task.result()
-        except ReasoningError as e:
+        except Exception as e:
             yield _error_event(e)
             return
         trace = solution.trace

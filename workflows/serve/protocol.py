@@ -150,11 +150,11 @@ def parse_chat(body: Mapping[str, Any]) -> TraceRequest:
     if "messages" not in body:
         raise RequestError(400, "'messages' is required: the conversation to answer, e.g. "
                                 '[{"role": "user", "content": "What is 12 * 13?"}]', "messages")
+    _refuse_unsupported(body, CHAT_PARAMETERS, set(ChatCompletionRequest.model_fields))
     try:
-        request = ChatCompletionRequest.model_validate(dict(body))
+        request = ChatCompletionRequest.model_validate({k: v for k, v in body.items() if k != EXTENSION})
     except ValidationError as e:
         raise RequestError(400, *_validation_message(e)) from None
-    _refuse_unsupported(body, CHAT_PARAMETERS, set(ChatCompletionRequest.model_fields))
     messages = [{"role": m["role"], "content": _text(m.get("content"), i)} for i, m in enumerate(body["messages"])]
     if not messages or messages[-1]["role"] != "user":
         raise RequestError(400, "the last message must be the user's: the trace is the assistant's answer to it",
@@ -162,7 +162,7 @@ def parse_chat(body: Mapping[str, Any]) -> TraceRequest:
     if not messages[-1]["content"].strip():
         raise RequestError(400, "the last user message is empty; give the problem to reason about", "messages")
     question = Chat(messages[-1]["content"], messages) if len(messages) > 1 else messages[0]["content"]
-    tokens = request.max_completion_tokens or request.max_tokens
+    tokens = request.max_completion_tokens or body.get("max_tokens")  # (validated; vLLM deprecates reading it)
     return TraceRequest("chat", question=question, max_tokens=tokens, **_common(body, request))
 
 
@@ -185,9 +185,10 @@ def parse_completion(body: Mapping[str, Any]) -> TraceRequest:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt.strip():
         raise RequestError(400, "'prompt' must be one non-empty string: the question to reason about", "prompt")
+    _refuse_unsupported(body, COMPLETION_PARAMETERS, set(CompletionRequest.model_fields))
     try:
-        request = CompletionRequest.model_validate({**body, "prompt": prompt})
+        request = CompletionRequest.model_validate({**{k: v for k, v in body.items() if k != EXTENSION},
+                                                    "prompt": prompt})
     except ValidationError as e:
         raise RequestError(400, *_validation_message(e)) from None
-    _refuse_unsupported(body, COMPLETION_PARAMETERS, set(CompletionRequest.model_fields))
     return TraceRequest("completion", question=prompt, max_tokens=request.max_tokens, **_common(body, request))

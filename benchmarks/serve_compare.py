@@ -1,0 +1,188 @@
+"""`stepspec serve` against vLLM's own OpenAI server, the same client, the same problems.
+
+(a) vLLM's server (`python -m vllm.entrypoints.openai.api_server`) serving the target (the
+1.5B) with its fastest token-level method under load on this machine (suffix decoding,
+`benchmarks/measured/gsm8k100_speed_2026-12-03_cpu`) and the dtype stepspec chooses for it;
+(b) `stepspec serve` with its defaults (the bundled pair, specreason). Each arm is a fresh
+server process (cold caches), started, measured and stopped by its PID before the next;
+the client is the openai SDK (AsyncOpenAI), the prompt the reasoning prompt stepspec's
+traces open with, greedy, the same token budget. Concurrently: every problem at once;
+one at a time: the first ``--latency-limit`` problems in turn. Accuracy is graded by the
+bench's GSM8K grader and paired on the same problems.
+
+    python benchmarks/serve_compare.py --limit 30 --latency-limit 10 --out benchmarks/measured/serve_gsm8k30_cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.dtype import choose_dtype, cpu_info  # noqa: E402
+from engine.models import BUNDLED_TARGET, resolve_model  # noqa: E402
+from engine.speculation import speculative_config  # noqa: E402
+from engine.vllm_backend import ld_preload_with_intel_openmp  # noqa: E402
+from orchestrator.prompts import reasoning_messages  # noqa: E402
+from workflows.eval.datasets import load_dataset  # noqa: E402
+from workflows.eval.graders import get_grader  # noqa: E402
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 900
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"{cmd[:4]} exited with {proc.returncode}; see {log}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            stop(proc)
+            raise SystemExit(f"{cmd[:4]} did not become healthy in 900 s; see {log}")
+        time.sleep(2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+async def ask(client, model: str, messages: list[dict], max_tokens: int) -> dict:
+    t0 = time.perf_counter()
+    reply = await client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
+                                                 temperature=0)
+    message = reply.choices[0].message
+    text = (message.model_extra or {}).get("reasoning_content", "") + (message.content or "")
+    return {"seconds": time.perf_counter() - t0, "text": text, "tokens": reply.usage.completion_tokens,
+            "stepspec": (reply.model_extra or {}).get("stepspec")}
+
+
+async def measure(url: str, model: str, problems, messages_of, max_tokens: int, latency_limit: int) -> dict:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=3600)
+    await ask(client, model, messages_of("What is 2 + 3?"), 32)  # first-call costs off the clock
+    t0 = time.perf_counter()
+    together = await asyncio.gather(*(ask(client, model, messages_of(p.question), max_tokens) for p in problems))
+    wall = time.perf_counter() - t0
+    alone = [await ask(client, model, messages_of(p.question), max_tokens) for p in problems[:latency_limit]]
+    await client.close()
+    return {"concurrent": {"wall_seconds": wall, "requests": together}, "one_at_a_time": {"requests": alone}}
+
+
+def summary(runs: dict, problems, grader) -> dict:
+    out = {}
+    for arm, run in runs.items():
+        out[arm] = {}
+        for mode in ("concurrent", "one_at_a_time"):
+            reqs = run[mode]["requests"]
+            right = [grader.grade(r["text"], p.reference)[grader.metrics[0]].correct for r, p in zip(reqs, problems)]
+            for r, ok in zip(reqs, right):
+                r["correct"] = ok
+            seconds = sorted(r["seconds"] for r in reqs)
+            out[arm][mode] = {"n": len(reqs), "solved": sum(right), "p50_s": statistics.median(seconds),
+                              "p90_s": seconds[int(0.9 * (len(seconds) - 1))],
+                              "wall_seconds": run[mode].get("wall_seconds", sum(seconds))}
+    return out
+
+
+def report(result: dict) -> str:
+    s, base = result["summary"], "vllm-server"
+    lines = ["# `stepspec serve` against vLLM's own server, GSM8K", "",
+             f"CPU: {result['cpu']}; target dtype {result['target_dtype']}; vLLM's server speculates with "
+             f"{result['vllm_speculation']}; `stepspec serve` at its defaults. {result['limit']} problems at once, "
+             f"the first {result['latency_limit']} one at a time; max_tokens {result['max_tokens']}, greedy.", "",
+             "| arm | mode | n | solved | vs vLLM server: lost / gained | wall s | speed vs vLLM server | p50 s | p90 s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for arm, modes in s.items():
+        for mode, m in modes.items():
+            b = s[base][mode]
+            mine = [r["correct"] for r in result["runs"][arm][mode]["requests"]]
+            theirs = [r["correct"] for r in result["runs"][base][mode]["requests"]]
+            lost = sum(t and not o for o, t in zip(mine, theirs))
+            gained = sum(o and not t for o, t in zip(mine, theirs))
+            lines.append(f"| {arm} | {mode} | {m['n']} | {m['solved']}/{m['n']} | "
+                         f"{'-' if arm == base else f'{lost} / {gained}'} | {m['wall_seconds']:.0f} | "
+                         f"{b['wall_seconds'] / m['wall_seconds']:.2f}x | {m['p50_s']:.1f} | {m['p90_s']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=30)
+    parser.add_argument("--latency-limit", type=int, default=10)
+    parser.add_argument("--max-tokens", type=int, default=640)
+    parser.add_argument("--kv-cache-gib", type=float, default=1.0)
+    parser.add_argument("--out", default="benchmarks/measured/serve_gsm8k30_cpu")
+    args = parser.parse_args()
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    problems = load_dataset("gsm8k").problems[:args.limit]
+    grader = get_grader("gsm8k")
+    target = resolve_model(BUNDLED_TARGET)
+    dtype = choose_dtype("auto", target, cpu=True).dtype
+    spec = speculative_config("suffix")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
+    if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
+        env["LD_PRELOAD"] = preload
+    runs = {}
+    port = free_port()
+    vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target,
+                "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+                "--max-model-len", "4096", "--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30)),
+                "--speculative-config", json.dumps(spec)]
+    proc = start(vllm_cmd, port, out / "vllm_server.log", env)
+    try:
+        runs["vllm-server"] = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", problems, reasoning_messages,
+                                                  args.max_tokens, args.latency_limit))
+    finally:
+        stop(proc)
+    port = free_port()
+    serve_cmd = [sys.executable, "-c", "from workflows.cli.app import main; main()", "serve", "--port", str(port),
+                 "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
+    proc = start(serve_cmd, port, out / "stepspec_serve.log", env)
+    try:
+        runs["stepspec-serve"] = asyncio.run(measure(
+            f"http://127.0.0.1:{port}", "stepspec", problems, lambda q: [{"role": "user", "content": q}],
+            args.max_tokens, args.latency_limit))
+    finally:
+        stop(proc)
+    result = {"cpu": cpu_info()[0], "target_dtype": dtype, "vllm_speculation": spec, "limit": args.limit,
+              "latency_limit": args.latency_limit, "max_tokens": args.max_tokens, "runs": runs,
+              "summary": summary(runs, problems, grader)}
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "report.md").write_text(report(result))
+    print(report(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+"""`stepspec serve`: an OpenAI-compatible endpoint, driven by real clients (the openai SDK,
+httpx) over real HTTP (uvicorn in a thread), on scripted engines. Marked ``vllm``: the
+request bodies are validated by vLLM's own OpenAI protocol models (no engine starts)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from openai_server import free_port
+from test_strategies import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
+
+pytestmark = pytest.mark.vllm
+
+REASONING = "16 - 3 = 13 eggs.\n\n13 - 4 = 9 eggs.\n\n"  # the drafted steps the judge keeps, then the answer
+ANSWER = "So she makes \\boxed{18}."
+
+
+def reasoner(delay: float = 0.0, **kwargs):
+    from orchestrator.reasoner import Reasoner
+
+    draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
+    draft.delay = target.delay = delay or None  # each generate call waits (and can be cancelled there)
+    return Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), first_target_steps=0, **kwargs)
+
+
+@contextmanager
+def serving(reasoners, **settings):
+    """The app on a free port of 127.0.0.1, in a thread; yields its base URL."""
+    import uvicorn
+
+    from workflows.serve.app import build_app
+    from workflows.serve.settings import ServeSettings
+
+    port = free_port()
+    app = build_app(reasoners, ServeSettings(port=port, **settings))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def client(url: str, key: str = "none"):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+def test_the_openai_sdk_gets_the_steps_as_reasoning_and_the_answer_as_content_streamed_or_not():
+    with serving({"stepspec": reasoner()}) as url:
+        sdk = client(url)
+        assert [m.id for m in sdk.models.list().data] == ["stepspec"]
+        reply = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
+        message = reply.choices[0].message
+        assert message.content == ANSWER and message.model_extra["reasoning_content"] == REASONING
+        assert reply.choices[0].finish_reason == "stop"
+        stats = reply.model_extra["stepspec"]
+        assert stats["num_steps"] == 3 and stats["num_drafted_steps"] == 3 and stats["target_token_share"] == 0
+        assert reply.usage.completion_tokens == stats["num_tokens"] > 0 and reply.usage.prompt_tokens > 0
+
+        chunks = list(sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}],
+                                                  stream=True, stream_options={"include_usage": True}))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        reasoning = [d.model_extra.get("reasoning_content") for d in deltas if d.model_extra.get("reasoning_content")]
+        assert reasoning == ["16 - 3 = 13 eggs.\n\n", "13 - 4 = 9 eggs.\n\n"]  # a step per event, once final
+        assert "".join(d.content or "" for d in deltas) == ANSWER
+        assert deltas[0].role == "assistant" and chunks[-2].choices[0].finish_reason == "stop"
+        assert chunks[-1].usage.completion_tokens == stats["num_tokens"] and not chunks[-1].choices
+
+        # /v1/completions: the trace's text, whole or streamed, cut at a stop string
+        done = sdk.completions.create(model="stepspec", prompt=Q)
+        assert done.choices[0].text == REASONING + ANSWER
+        streamed = list(sdk.completions.create(model="stepspec", prompt=Q, stream=True, stop=["9 eggs"]))
+        assert "".join(c.choices[0].text for c in streamed) == "16 - 3 = 13 eggs.\n\n13 - 4 = "
+
+
+def test_a_request_picks_its_strategy_and_options_through_extra_body_checked_by_their_declarations():
+    with serving({"stepspec": reasoner()}) as url:
+        sdk = client(url)
+        ask = dict(model="stepspec", messages=[{"role": "user", "content": Q}])
+        alone = sdk.chat.completions.create(**ask, extra_body={"stepspec": {"strategy": "target-only"}})
+        assert alone.model_extra["stepspec"]["target_token_share"] == 1
+        assert alone.choices[0].message.content == "The answer is \\boxed{18}."
+        capped = sdk.chat.completions.create(**ask, max_tokens=4)
+        assert capped.choices[0].finish_reason == "length" and capped.usage.completion_tokens <= 8
+        from openai import BadRequestError
+
+        for extra, message in [
+            ({"strategy": "specreasn"}, "Did you mean 'specreason'"),
+            ({"options": {"gama": 3}}, "gama"),
+            ({"strategy": "tree", "options": {"k": "many"}}, "k"),
+            ({"judge": "likelihod"}, "Did you mean 'likelihood'"),
+            ({"stratgy": "tree"}, "Did you mean 'strategy'"),
+        ]:
+            with pytest.raises(BadRequestError, match=message):
+                sdk.chat.completions.create(**ask, extra_body={"stepspec": extra})
+        with pytest.raises(BadRequestError, match="'top_p' is not supported"):
+            sdk.chat.completions.create(**ask, top_p=0.5)
+        with pytest.raises(BadRequestError, match="n=2"):
+            sdk.chat.completions.create(**ask, n=2)
+        with pytest.raises(BadRequestError, match="temperature=0.7: strategy 'specreason' decodes greedily"):
+            sdk.chat.completions.create(**ask, temperature=0.7)
+        assert sdk.chat.completions.create(**ask, temperature=0, seed=3).choices[0].message.content == ANSWER
+
+
+def test_bad_requests_get_the_right_4xx_naming_the_fix_and_the_server_serves_on(monkeypatch):
+    monkeypatch.setenv("SERVE_TEST_KEY", "sesame")
+    with serving({"stepspec": reasoner()}, api_key_env="SERVE_TEST_KEY", max_body_bytes=4096) as url:
+        auth = {"Authorization": "Bearer sesame"}
+        chat = f"{url}/v1/chat/completions"
+        good = {"model": "stepspec", "messages": [{"role": "user", "content": Q}]}
+        cases = [
+            (dict(content=b'{"model": "stepspec", "messages": ['), 400, "not valid JSON"),
+            (dict(json={"model": "stepspec"}), 400, "'messages' is required"),
+            (dict(json={**good, "max_tokens": "many"}), 400, "max_tokens"),
+            (dict(json={**good, "messages": [{"role": "user", "content": 3}]}), 400, "messages"),
+            (dict(json={**good, "messages": [{"role": "assistant", "content": "hi"}]}), 400, "the last message"),
+            (dict(json={**good, "model": "stepspek"}), 404, "Did you mean 'stepspec'"),
+            (dict(json={**good, "frobnicate": 1}), 400, "unknown parameter 'frobnicate'"),
+            (dict(json={**good, "messages": [{"role": "user", "content": "x" * 5000}]}), 413, "--max-body-bytes"),
+        ]
+        with httpx.Client(timeout=30) as http:
+            for kwargs, status, message in cases:
+                r = http.post(chat, headers=auth, **kwargs)
+                assert r.status_code == status and message in r.json()["error"]["message"], (kwargs, r.text)
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                r = http.post(chat, json=good, headers=headers)
+                assert r.status_code == 401 and "--api-key-env" in r.json()["error"]["message"]
+            assert http.get(f"{url}/v1/models").status_code == 401
+            assert http.get(f"{url}/health").json()["status"] == "ok"
+            r = http.post(chat, json=good, headers=auth)
+            assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == ANSWER
+
+
+def test_beyond_max_concurrency_a_429_with_retry_after():
+    slow = reasoner(delay=0.3)
+    with serving({"stepspec": slow}, max_concurrency=1, retry_after_s=3) as url:
+        good = {"model": "stepspec", "messages": [{"role": "user", "content": Q}]}
+
+        async def both():
+            async with httpx.AsyncClient(timeout=30) as http:
+                first = asyncio.ensure_future(http.post(f"{url}/v1/chat/completions", json=good))
+                await asyncio.sleep(0.2)
+                second = await http.post(f"{url}/v1/chat/completions", json=good)
+                return await first, second
+
+        first, second = asyncio.run(both())
+        assert first.status_code == 200
+        assert second.status_code == 429 and second.headers["retry-after"] == "3"
+        assert "--max-concurrency" in second.json()["error"]["message"]
+
+
+def test_32_concurrent_streams_complete_and_5_that_disconnect_cancel_their_engine_requests(record_property):
+    served = reasoner(delay=0.4, backoff=False)  # drafting at any load: every trace the same text
+    with serving({"stepspec": served}) as url:
+        body = {"model": "stepspec", "messages": [{"role": "user", "content": Q}], "stream": True}
+
+        async def one(i: int, http: httpx.AsyncClient) -> tuple[str, float]:
+            t0 = time.perf_counter()
+            events = []
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    events.append(line[6:])
+                    if i < 5 and len(events) == 2:  # the first reasoning step arrived: hang up
+                        return "gone", time.perf_counter() - t0
+            assert events[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in events[:-1]]
+            text = "".join(c["choices"][0]["delta"].get("reasoning_content", "") +
+                           (c["choices"][0]["delta"].get("content") or "") for c in chunks)
+            assert text == REASONING + ANSWER
+            return "done", time.perf_counter() - t0
+
+        async def load():
+            async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as http:
+                return await asyncio.gather(*(one(i, http) for i in range(32)))
+
+        results = asyncio.run(load())
+        assert [r for r, _ in results] == ["gone"] * 5 + ["done"] * 27
+        latencies = sorted(t for r, t in results if r == "done")
+        record_property("p50_s", statistics.median(latencies))
+        record_property("p99_s", latencies[int(0.99 * (len(latencies) - 1))])
+        deadline = time.monotonic() + 10
+        while served.target.running or served.draft.running:
+            assert time.monotonic() < deadline, "the disconnected traces' engine requests are still running"
+            time.sleep(0.05)
+        # each hung up in its second step's call (a step takes 0.4 s, the server looks every 0.25 s)
+        assert served.draft.num_cancelled + served.target.num_cancelled == 5
+        with httpx.Client(timeout=10) as http:
+            assert http.get(f"{url}/health").json()["in_flight"] == 0
+
+
+def test_a_workflow_file_is_served_one_model_per_reasoner(tmp_path):
+    from workflows.flows.runner import WorkflowRun
+    from workflows.flows.spec import load_workflow
+
+    path = tmp_path / "two.yaml"
+    path.write_text("""\
+engines:
+  target: {backend: vllm, model: qwen2.5-coder-1.5b}
+  draft: {backend: vllm, model: qwen2.5-coder-0.5b}
+reasoners:
+  careful: {target: target, strategy: target-only}
+  quick: {target: target, draft: draft, strategy: draft-only}
+""")
+    engines = {"target": script(*TARGET_STEPS), "draft": script(*DRAFT_STEPS)}
+    run = WorkflowRun(load_workflow(path), engines=engines)
+    with serving(run.reasoners) as url:
+        sdk = client(url)
+        assert sorted(m.id for m in sdk.models.list().data) == ["careful", "quick"]
+        ask = dict(messages=[{"role": "user", "content": Q}])
+        assert sdk.chat.completions.create(model="careful", **ask).choices[0].message.content == TARGET_STEPS[2]
+        assert sdk.chat.completions.create(model="quick", **ask).choices[0].message.content == ANSWER
+        from openai import BadRequestError
+
+        with pytest.raises(BadRequestError, match="'model' is required: this server serves careful, quick"):
+            sdk.chat.completions.create(model="", **ask)
+
+
+def test_lm_evals_local_chat_completions_scores_the_served_reasoner(tmp_path):
+    """lm-eval's own API model (`local-chat-completions`) against the endpoint, on a local GSM8K task."""
+    lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is in stepspec[eval]")
+    from lm_eval.tasks import TaskManager
+
+    from fake_engine import ScriptedEngine
+    from orchestrator.reasoner import Reasoner
+    from test_lm_eval import local_task
+
+    rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]
+    data = tmp_path / "gsm8k_test.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def answer(prompt):
+        i = int(prompt.split("What is ")[-1].split(" +")[0])
+        return "Add ten.\n\n" if "Add ten." not in prompt else "\\boxed{%d}" % (i + 10)
+
+    served = Reasoner(ScriptedEngine("target", continuation=answer), ScriptedEngine("draft", continuation=answer),
+                      strategy="specreason", judge=FixedJudge(True), first_target_steps=0)
+    with serving({"stepspec": served}) as url:
+        out = lm_eval.simple_evaluate(
+            model="local-chat-completions", apply_chat_template=True, limit=3, log_samples=True,
+            model_args={"model": "stepspec", "base_url": f"{url}/v1/chat/completions", "num_concurrent": 2,
+                        "max_retries": 1, "tokenized_requests": False},
+            tasks=["gsm8k_stepspec_tmp"], task_manager=TaskManager(include_path=str(local_task(tmp_path, data))))
+    res = out["results"]["gsm8k_stepspec_tmp"]
+    assert res["exact_match,boxed"] == 1.0
+    assert [s["resps"][0][0] for s in out["samples"]["gsm8k_stepspec_tmp"] if s["filter"] == "boxed"] == [
+        "\\boxed{10}", "\\boxed{11}", "\\boxed{12}"]
+
+
+def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restarted_one_serves_again():
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import openai
+
+    port = free_port()
+    script_path = Path(__file__).parent / "serve_scripted.py"
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, str(script_path), str(port)], start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the scripted server did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return proc
+            except httpx.TransportError:
+                time.sleep(0.2)
+
+    sdk = client(f"http://127.0.0.1:{port}")
+    ask = dict(model="stepspec", messages=[{"role": "user", "content": Q}], stream=True)
+    proc = start()
+    try:
+        stream = sdk.chat.completions.create(**ask)
+        first = next(iter(stream))
+        assert first.choices[0].delta.role == "assistant"
+        os.killpg(proc.pid, signal.SIGKILL)  # as a crash would
+        proc.wait(timeout=30)
+        with pytest.raises((openai.APIError, httpx.HTTPError)):
+            list(stream)
+        proc = start()
+        reply = sdk.chat.completions.create(**{**ask, "stream": False})
+        assert reply.choices[0].message.content == ANSWER
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
