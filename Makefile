@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-tokens router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -101,6 +101,11 @@ bench-engines: setup
 # Both engines at once against taking turns, sharing every core or one half each.
 bench-contention: setup
 	$(VENV)/bin/python benchmarks/engine_contention.py --json $(ENGINES_DIR)/contention.json
+
+# `stepspec serve` (defaults) against vLLM's own server (the 1.5B, suffix decoding), the same
+# client and problems: 30 GSM8K problems at once, the first 5 one at a time, fresh servers.
+bench-serve: setup
+	$(VENV)/bin/python benchmarks/serve_compare.py --limit 30 --latency-limit 5 --out benchmarks/measured/serve_gsm8k30_cpu
 
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py

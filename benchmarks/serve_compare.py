@@ -4,13 +4,13 @@
 1.5B) with its fastest token-level method under load on this machine (suffix decoding,
 `benchmarks/measured/gsm8k100_speed_2026-12-03_cpu`) and the dtype stepspec chooses for it;
 (b) `stepspec serve` with its defaults (the bundled pair, specreason). Each arm is a fresh
-server process (cold caches), started, measured and stopped by its PID before the next;
-the client is the openai SDK (AsyncOpenAI), the prompt the reasoning prompt stepspec's
+server process for each mode (cold caches: suffix decoding keeps earlier outputs), started,
+measured and stopped by its PID before the next; the client is the openai SDK (AsyncOpenAI), the prompt the reasoning prompt stepspec's
 traces open with, greedy, the same token budget. Concurrently: every problem at once;
 one at a time: the first ``--latency-limit`` problems in turn. Accuracy is graded by the
 bench's GSM8K grader and paired on the same problems.
 
-    python benchmarks/serve_compare.py --limit 30 --latency-limit 10 --out benchmarks/measured/serve_gsm8k30_cpu
+    python benchmarks/serve_compare.py --limit 30 --latency-limit 5 --out benchmarks/measured/serve_gsm8k30_cpu
 """
 
 from __future__ import annotations
@@ -86,24 +86,27 @@ async def ask(client, model: str, messages: list[dict], max_tokens: int) -> dict
             "stepspec": (reply.model_extra or {}).get("stepspec")}
 
 
-async def measure(url: str, model: str, problems, messages_of, max_tokens: int, latency_limit: int) -> dict:
+async def measure(url: str, model: str, problems, messages_of, max_tokens: int, concurrent: bool) -> dict:
+    """One mode on a fresh server: every problem at once, or one at a time."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=3600)
     await ask(client, model, messages_of("What is 2 + 3?"), 32)  # first-call costs off the clock
     t0 = time.perf_counter()
-    together = await asyncio.gather(*(ask(client, model, messages_of(p.question), max_tokens) for p in problems))
+    if concurrent:
+        requests = await asyncio.gather(*(ask(client, model, messages_of(p.question), max_tokens) for p in problems))
+    else:
+        requests = [await ask(client, model, messages_of(p.question), max_tokens) for p in problems]
     wall = time.perf_counter() - t0
-    alone = [await ask(client, model, messages_of(p.question), max_tokens) for p in problems[:latency_limit]]
     await client.close()
-    return {"concurrent": {"wall_seconds": wall, "requests": together}, "one_at_a_time": {"requests": alone}}
+    return {"wall_seconds": wall, "requests": requests}
 
 
 def summary(runs: dict, problems, grader) -> dict:
     out = {}
     for arm, run in runs.items():
         out[arm] = {}
-        for mode in ("concurrent", "one_at_a_time"):
+        for mode in run:
             reqs = run[mode]["requests"]
             right = [grader.grade(r["text"], p.reference)[grader.metrics[0]].correct for r, p in zip(reqs, problems)]
             for r, ok in zip(reqs, right):
@@ -111,7 +114,7 @@ def summary(runs: dict, problems, grader) -> dict:
             seconds = sorted(r["seconds"] for r in reqs)
             out[arm][mode] = {"n": len(reqs), "solved": sum(right), "p50_s": statistics.median(seconds),
                               "p90_s": seconds[int(0.9 * (len(seconds) - 1))],
-                              "wall_seconds": run[mode].get("wall_seconds", sum(seconds))}
+                              "wall_seconds": run[mode]["wall_seconds"]}
     return out
 
 
@@ -154,28 +157,32 @@ def main() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
         env["LD_PRELOAD"] = preload
-    runs = {}
-    port = free_port()
-    vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target,
-                "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-                "--max-model-len", "4096", "--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30)),
-                "--speculative-config", json.dumps(spec)]
-    proc = start(vllm_cmd, port, out / "vllm_server.log", env)
-    try:
-        runs["vllm-server"] = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", problems, reasoning_messages,
-                                                  args.max_tokens, args.latency_limit))
-    finally:
-        stop(proc)
-    port = free_port()
-    serve_cmd = [sys.executable, "-c", "from workflows.cli.app import main; main()", "serve", "--port", str(port),
-                 "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
-    proc = start(serve_cmd, port, out / "stepspec_serve.log", env)
-    try:
-        runs["stepspec-serve"] = asyncio.run(measure(
-            f"http://127.0.0.1:{port}", "stepspec", problems, lambda q: [{"role": "user", "content": q}],
-            args.max_tokens, args.latency_limit))
-    finally:
-        stop(proc)
+    runs: dict[str, dict] = {"vllm-server": {}, "stepspec-serve": {}}
+    # Each arm and mode on a fresh server process: no prefix cache and no suffix tree carries over.
+    for mode, subset in (("concurrent", problems), ("one_at_a_time", problems[:args.latency_limit])):
+        if not subset:
+            continue
+        port = free_port()
+        vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target,
+                    "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+                    "--max-model-len", "4096", "--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30)),
+                    "--speculative-config", json.dumps(spec)]
+        proc = start(vllm_cmd, port, out / "vllm_server.log", env)
+        try:
+            runs["vllm-server"][mode] = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", subset,
+                                                            reasoning_messages, args.max_tokens, mode == "concurrent"))
+        finally:
+            stop(proc)
+        port = free_port()
+        serve_cmd = [sys.executable, "-c", "from workflows.cli.app import main; main()", "serve", "--port", str(port),
+                     "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
+        proc = start(serve_cmd, port, out / "stepspec_serve.log", env)
+        try:
+            runs["stepspec-serve"][mode] = asyncio.run(measure(
+                f"http://127.0.0.1:{port}", "stepspec", subset, lambda q: [{"role": "user", "content": q}],
+                args.max_tokens, mode == "concurrent"))
+        finally:
+            stop(proc)
     result = {"cpu": cpu_info()[0], "target_dtype": dtype, "vllm_speculation": spec, "limit": args.limit,
               "latency_limit": args.latency_limit, "max_tokens": args.max_tokens, "runs": runs,
               "summary": summary(runs, problems, grader)}

@@ -306,3 +306,63 @@ def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restart
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+@pytest.mark.pair
+def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_openai_sdk(tmp_path):
+    """The README's command, as a process: the openai SDK streams a GSM8K problem's steps as
+    reasoning_content and its answer as content; a client that hangs up mid-stream frees
+    its trace; the server is stopped by its PID."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from workflows.eval.datasets import load_dataset
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "from workflows.cli.app import main; main()", "serve",
+                                 "--port", str(port), "--max-tokens", "384", "--kv-cache-gib", "0.5"],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 900
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "stepspec serve did not become healthy"
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(2)
+        question = load_dataset("gsm8k").problems[1].question
+        chunks = list(client(url).chat.completions.create(
+            model="stepspec", stream=True, messages=[{"role": "user", "content": question}]))
+        reasoning = [c.choices[0].delta.model_extra.get("reasoning_content") for c in chunks if c.choices]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert sum(bool(r) for r in reasoning) >= 2 and "\\boxed{" in content
+        stats = chunks[-1].model_extra["stepspec"]
+        assert stats["num_drafted_steps"] >= 1 and 0 < stats["target_token_share"] < 1
+
+        async def hang_up():
+            async with httpx.AsyncClient(timeout=600) as http:
+                body = {"model": "stepspec", "stream": True, "messages": [{"role": "user", "content": question}]}
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if "reasoning_content" in line:
+                            return
+
+        asyncio.run(hang_up())
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/health", timeout=5).json()["in_flight"]:
+            assert time.monotonic() < deadline, "the hung-up trace is still in flight"
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
