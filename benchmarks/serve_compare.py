@@ -5,8 +5,8 @@
 `benchmarks/measured/gsm8k100_speed_2026-12-03_cpu`) and the dtype stepspec chooses for it;
 (b) `stepspec serve` with its defaults (the bundled pair, specreason). Each arm is a fresh
 server process for each mode (cold caches: suffix decoding keeps earlier outputs), started,
-measured and stopped by its PID before the next; the client is the openai SDK (AsyncOpenAI), the prompt the reasoning prompt stepspec's
-traces open with, greedy, the same token budget. Concurrently: every problem at once;
+measured and stopped by its PID before the next; the client is the openai SDK (AsyncOpenAI),
+the prompt the reasoning prompt stepspec's traces open with, greedy, the same token budget. Concurrently: every problem at once;
 one at a time: the first ``--latency-limit`` problems in turn. Accuracy is graded by the
 bench's GSM8K grader and paired on the same problems.
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from openai_server import free_port
+from openai_server import free_port, stop_process, wait_healthy
 from test_strategies import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
 
 pytestmark = pytest.mark.vllm
@@ -265,9 +265,7 @@ def test_lm_evals_local_chat_completions_scores_the_served_reasoner(tmp_path):
         "\\boxed{10}", "\\boxed{11}", "\\boxed{12}"]
 
 
-def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restarted_one_serves_again():
-    import os
-    import signal
+def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restarted_one_serves_again(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
@@ -275,37 +273,30 @@ def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restart
     import openai
 
     port = free_port()
+    url, log = f"http://127.0.0.1:{port}", tmp_path / "serve.log"
     script_path = Path(__file__).parent / "serve_scripted.py"
 
     def start() -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, str(script_path), str(port)], start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "the scripted server did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    return proc
-            except httpx.TransportError:
-                time.sleep(0.2)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, str(script_path), str(port)], stdout=out, stderr=subprocess.STDOUT)
+        wait_healthy(proc, url, log, timeout_s=120)
+        return proc
 
-    sdk = client(f"http://127.0.0.1:{port}")
+    sdk = client(url)
     ask = dict(model="stepspec", messages=[{"role": "user", "content": Q}], stream=True)
     proc = start()
     try:
         stream = sdk.chat.completions.create(**ask)
         first = next(iter(stream))
         assert first.choices[0].delta.role == "assistant"
-        os.killpg(proc.pid, signal.SIGKILL)  # as a crash would
-        proc.wait(timeout=30)
+        stop_process(proc, crash=True)  # SIGKILL, as a crash would
         with pytest.raises((openai.APIError, httpx.HTTPError)):
             list(stream)
         proc = start()
         reply = sdk.chat.completions.create(**{**ask, "stream": False})
         assert reply.choices[0].message.content == ANSWER
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_process(proc)
 
 
 @pytest.mark.pair
@@ -313,8 +304,6 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
     """The README's command, as a process: the openai SDK streams a GSM8K problem's steps as
     reasoning_content and its answer as content; a client that hangs up mid-stream frees
     its trace; the server is stopped by its PID."""
-    import os
-    import signal
     import subprocess
     import sys
 
@@ -325,18 +314,10 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from workflows.cli.app import main; main()", "serve",
                                  "--port", str(port), "--max-tokens", "384", "--kv-cache-gib", "0.5"],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 900
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "stepspec serve did not become healthy"
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(2)
+        wait_healthy(proc, url, log, timeout_s=900)
         question = load_dataset("gsm8k").problems[1].question
         chunks = list(client(url).chat.completions.create(
             model="stepspec", stream=True, messages=[{"role": "user", "content": question}]))
@@ -360,9 +341,4 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
             assert time.monotonic() < deadline, "the hung-up trace is still in flight"
             time.sleep(0.5)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_process(proc)  # the server and its engine processes

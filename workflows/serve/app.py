@@ -56,7 +56,7 @@ from orchestrator.prompts import reasoning_messages
 from orchestrator.reasoner import Reasoner, Solution
 from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES
-from orchestrator.trace import StepRecord, StopReason, Trace
+from orchestrator.trace import StepRecord, StopReason, Trace, join_steps
 from orchestrator.verify_queue import JudgeQueue
 from workflows.serve.protocol import RequestError, TraceRequest, parse_chat, parse_completion, parse_json
 from workflows.serve.settings import ServeSettings
@@ -76,17 +76,11 @@ def answer_split(steps: tuple[StepRecord, ...]) -> int:
     return max(start, 0)
 
 
-def _joined(records: list[StepRecord] | tuple[StepRecord, ...], delimiter: str) -> str:
-    out = ""
-    for r in records:
-        out += r.text + (delimiter if r.complete else "")
-    return out
-
-
 def reasoning_and_answer(trace: Trace) -> tuple[str, str]:
     """(the reasoning: every step before the last, each with its delimiter; the last step)."""
     k = answer_split(trace.steps)
-    return _joined(trace.steps[:k], trace.delimiter), "".join(r.text for r in trace.steps[k:])
+    reasoning = join_steps(trace.steps[:k], trace.delimiter) + (trace.delimiter if k else "")
+    return reasoning, join_steps(trace.steps[k:], trace.delimiter)
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
@@ -105,12 +99,12 @@ class HeldStep:
     def push(self, record: StepRecord) -> str | None:
         out = None
         if self.held and self.held[-1].complete:
-            out, self.held = _joined(self.held, self.delimiter), []
+            out, self.held = join_steps(self.held, self.delimiter) + self.delimiter, []
         self.held.append(record)
         return out
 
     def answer(self) -> str:
-        return "".join(r.text for r in self.held)
+        return join_steps(self.held, self.delimiter)
 
 
 class Served:
@@ -299,37 +293,42 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
         name, base = served.model(trace_request.model)
         return name, served.reasoner_for(name, base, trace_request), trace_request
 
+    async def answer(request: Request, parse: Callable[[dict], TraceRequest], prefix: str, chunks, reply) -> Response:
+        """One endpoint's request: checked, then streamed as ``chunks`` renders it, or solved
+        and answered with ``reply(name, rid, request, solution, prompt_tokens)``."""
+        name, reasoner, tr = await checked(request, parse)
+        rid = f"{prefix}-{uuid.uuid4().hex}"
+        if tr.stream:
+            return _streamed(served, request, reasoner, tr, rid, chunks(name, rid, tr, reasoner))
+        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
+        body = reply(name, rid, tr, solution, _usage(prompt_tokens, solution.trace))
+        return JSONResponse(body.model_dump(mode="json", exclude_none=True))
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        name, reasoner, tr = await checked(request, parse_chat)
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
-        if tr.stream:
-            return _streamed(served, request, reasoner, tr, rid, _chat_chunks(name, rid, tr, reasoner))
-        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
-        trace = solution.trace
-        reasoning, answer = reasoning_and_answer(trace)
-        message = ChatCompletionMessage(role="assistant", content=cut_at_stop(answer, tr.stop),
-                                        reasoning_content=reasoning)
-        body = ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=name,
-                              choices=[Choice(index=0, message=message, finish_reason=_finish_reason(trace))],
-                              usage=_usage(prompt_tokens, trace), stepspec=solution.stats)
-        return JSONResponse(body.model_dump(mode="json", exclude_none=True))
+        return await answer(request, parse_chat, "chatcmpl", _chat_chunks, _chat_reply)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        name, reasoner, tr = await checked(request, parse_completion)
-        rid = f"cmpl-{uuid.uuid4().hex}"
-        if tr.stream:
-            return _streamed(served, request, reasoner, tr, rid, _completion_chunks(name, rid, tr, reasoner))
-        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
-        trace = solution.trace
-        body = Completion(id=rid, object="text_completion", created=int(time.time()), model=name,
-                          choices=[CompletionChoice(index=0, text=cut_at_stop(trace.text, tr.stop),
-                                                    finish_reason=_finish_reason(trace))],
-                          usage=_usage(prompt_tokens, trace), stepspec=solution.stats)
-        return JSONResponse(body.model_dump(mode="json", exclude_none=True))
+        return await answer(request, parse_completion, "cmpl", _completion_chunks, _completion_reply)
 
     return app
+
+
+def _chat_reply(name: str, rid: str, tr: TraceRequest, solution: Solution, usage: CompletionUsage) -> ChatCompletion:
+    trace = solution.trace
+    reasoning, answer = reasoning_and_answer(trace)
+    message = ChatCompletionMessage(role="assistant", content=cut_at_stop(answer, tr.stop), reasoning_content=reasoning)
+    return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=name,
+                          choices=[Choice(index=0, message=message, finish_reason=_finish_reason(trace))],
+                          usage=usage, stepspec=solution.stats)
+
+
+def _completion_reply(name: str, rid: str, tr: TraceRequest, solution: Solution, usage: CompletionUsage) -> Completion:
+    trace = solution.trace
+    choice = CompletionChoice(index=0, text=cut_at_stop(trace.text, tr.stop), finish_reason=_finish_reason(trace))
+    return Completion(id=rid, object="text_completion", created=int(time.time()), model=name, choices=[choice],
+                      usage=usage, stepspec=solution.stats)
 
 
 async def _solved(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest,

@@ -30,6 +30,7 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.names import did_you_mean
+from common.options import explain
 from orchestrator.prompts import Chat
 
 # The OpenAI parameters a trace gives a meaning to (the rest: a 400 naming them).
@@ -96,13 +97,11 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _validation_message(e: ValidationError) -> tuple[str, str | None]:
-    problems, param = [], None
-    for err in e.errors():
-        where = ".".join(str(p) for p in err["loc"])
-        param = param or (str(err["loc"][0]) if err["loc"] else None)
-        problems.append(f"{where or 'body'}: {err['msg']}")
-    return "; ".join(problems[:5]), param
+def _refused(model: type, e: ValidationError, owner: str, param_prefix: str = "") -> RequestError:
+    """A 400 wording the first mistake as every options model does (:func:`common.options.explain`)."""
+    loc = e.errors()[0]["loc"]
+    param = f"{param_prefix}{loc[0]}" if loc else param_prefix.rstrip(".") or None
+    return RequestError(400, explain(model, e, owner), param)
 
 
 def _refuse_unsupported(body: Mapping[str, Any], supported: set[str], known: set[str]) -> None:
@@ -121,12 +120,7 @@ def _extension(body: Mapping[str, Any]) -> StepspecOptions:
     try:
         return StepspecOptions.model_validate(body.get(EXTENSION) or {})
     except ValidationError as e:
-        message, param = _validation_message(e)
-        known = sorted(StepspecOptions.model_fields)
-        if any(err["type"] == "extra_forbidden" for err in e.errors()):
-            bad = next(str(err["loc"][0]) for err in e.errors() if err["type"] == "extra_forbidden")
-            message = f"'{EXTENSION}' has no field '{bad}'{did_you_mean(bad, known)} (fields: {', '.join(known)})"
-        raise RequestError(400, f"{EXTENSION}: {message}", f"{EXTENSION}.{param}" if param else EXTENSION) from None
+        raise _refused(StepspecOptions, e, EXTENSION, f"{EXTENSION}.") from None
 
 
 def _common(body: Mapping[str, Any], request: Any) -> dict[str, Any]:
@@ -154,7 +148,7 @@ def parse_chat(body: Mapping[str, Any]) -> TraceRequest:
     try:
         request = ChatCompletionRequest.model_validate({k: v for k, v in body.items() if k != EXTENSION})
     except ValidationError as e:
-        raise RequestError(400, *_validation_message(e)) from None
+        raise _refused(ChatCompletionRequest, e, "the request body") from None
     messages = [{"role": m["role"], "content": _text(m.get("content"), i)} for i, m in enumerate(body["messages"])]
     if not messages or messages[-1]["role"] != "user":
         raise RequestError(400, "the last message must be the user's: the trace is the assistant's answer to it",
@@ -190,5 +184,5 @@ def parse_completion(body: Mapping[str, Any]) -> TraceRequest:
         request = CompletionRequest.model_validate({**{k: v for k, v in body.items() if k != EXTENSION},
                                                     "prompt": prompt})
     except ValidationError as e:
-        raise RequestError(400, *_validation_message(e)) from None
+        raise _refused(CompletionRequest, e, "the request body") from None
     return TraceRequest("completion", question=prompt, max_tokens=request.max_tokens, **_common(body, request))
