@@ -25,6 +25,17 @@ def local_task(tmp_path, data_file):
     return tmp_path / "tasks"
 
 
+def test_registering_stepspec_leaves_lm_evals_own_models_loadable():
+    """lm-eval imports its models only while its registry is empty; ours must not empty-mask them."""
+    code = ("import workflows.eval.lm_eval_model\n"
+            "from lm_eval.api.registry import get_model\n"
+            "print(get_model('stepspec').__name__, get_model('local-chat-completions').__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["StepspecLM", "LocalChatCompletion"]
+
+
 def test_the_harness_scores_a_specreason_reasoner(tmp_path):
     from lm_eval.tasks import TaskManager
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from lm_eval.api.model import LM
+import lm_eval.models  # noqa: F401  (lm-eval fills its registry lazily, only while it is empty:
+from lm_eval.api.model import LM  # registering ours first would hide its own models)
 from lm_eval.api.registry import register_model
 
 from orchestrator.config import ReasonerConfig, RunSettings
