@@ -102,10 +102,12 @@ bench-engines: setup
 bench-contention: setup
 	$(VENV)/bin/python benchmarks/engine_contention.py --json $(ENGINES_DIR)/contention.json
 
-# `stepspec serve` (defaults) against vLLM's own server (the 1.5B, suffix decoding), the same
-# client and problems: 30 GSM8K problems at once, the first 5 one at a time, fresh servers.
+# `stepspec serve` (defaults) against vLLM's own server (the 1.5B at its fastest per mode: suffix
+# decoding at once, the 0.5B inside it one at a time), the same client and problems: 30 GSM8K
+# problems at once and one at a time, fresh servers; each mode a wave (SERVE_MODES picks).
+SERVE_MODES ?= concurrent,one_at_a_time
 bench-serve: setup
-	$(VENV)/bin/python benchmarks/serve_compare.py --limit 30 --latency-limit 5 --out benchmarks/measured/serve_gsm8k30_cpu
+	$(VENV)/bin/python benchmarks/serve_compare.py --limit 30 --latency-limit 30 --modes $(SERVE_MODES) --out benchmarks/measured/serve_gsm8k30_cpu
 
 bench-tokens: setup
 	$(VENV)/bin/python benchmarks/token_speculation.py

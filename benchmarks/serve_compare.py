@@ -1,16 +1,21 @@
 """`stepspec serve` against vLLM's own OpenAI server, the same client, the same problems.
 
 (a) vLLM's server (`python -m vllm.entrypoints.openai.api_server`) serving the target (the
-1.5B) with its fastest token-level method under load on this machine (suffix decoding,
-`benchmarks/measured/gsm8k100_speed_2026-12-03_cpu`) and the dtype stepspec chooses for it;
-(b) `stepspec serve` with its defaults (the bundled pair, specreason). Each arm is a fresh
-server process for each mode (cold caches: suffix decoding keeps earlier outputs), started,
-measured and stopped by its PID before the next; the client is the openai SDK (AsyncOpenAI),
-the prompt the reasoning prompt stepspec's traces open with, greedy, the same token budget. Concurrently: every problem at once;
-one at a time: the first ``--latency-limit`` problems in turn. Accuracy is graded by the
-bench's GSM8K grader and paired on the same problems.
+1.5B) with its fastest token-level method on this machine for the mode (under load: suffix
+decoding, `benchmarks/measured/gsm8k100_speed_2026-12-03_cpu`; one at a time: the 0.5B drafting
+inside it, what stepspec's target-only arm uses, `benchmarks/measured/engines_cpu`) and the
+dtype stepspec chooses for it; (b) `stepspec serve` with its defaults (the bundled pair,
+specreason). Each arm is a fresh server process for each mode (cold caches: suffix decoding
+keeps earlier outputs), started, measured and stopped by its PID before the next; the client is
+the openai SDK (AsyncOpenAI), the prompt the reasoning prompt stepspec's traces open with,
+greedy, the same token budget. Concurrently: every problem at once; one at a time: the first
+``--latency-limit`` problems in turn. Accuracy is graded by the bench's GSM8K grader and
+paired on the same problems.
 
-    python benchmarks/serve_compare.py --limit 30 --latency-limit 5 --out benchmarks/measured/serve_gsm8k30_cpu
+Each mode is a wave: results.json is written after each (arm, mode), and a later run keeps the
+modes already measured with the same settings (``--modes`` picks which to run).
+
+    python benchmarks/serve_compare.py --limit 30 --latency-limit 30 --out benchmarks/measured/serve_gsm8k30_cpu
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.dtype import choose_dtype, cpu_info  # noqa: E402
-from engine.models import BUNDLED_TARGET, resolve_model  # noqa: E402
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
 from engine.speculation import speculative_config  # noqa: E402
 from engine.vllm_backend import ld_preload_with_intel_openmp  # noqa: E402
 from orchestrator.prompts import reasoning_messages  # noqa: E402
+from orchestrator.strategies import STRATEGIES  # noqa: E402
 from workflows.eval.datasets import load_dataset  # noqa: E402
 from workflows.eval.graders import get_grader  # noqa: E402
 
@@ -118,12 +124,17 @@ def summary(runs: dict, problems, grader) -> dict:
     return out
 
 
+MODES = ("concurrent", "one_at_a_time")
+
+
 def report(result: dict) -> str:
     s, base = result["summary"], "vllm-server"
     lines = ["# `stepspec serve` against vLLM's own server, GSM8K", "",
-             f"CPU: {result['cpu']}; target dtype {result['target_dtype']}; vLLM's server speculates with "
-             f"{result['vllm_speculation']}; `stepspec serve` at its defaults. {result['limit']} problems at once, "
-             f"the first {result['latency_limit']} one at a time; max_tokens {result['max_tokens']}, greedy.", "",
+             f"CPU: {result['cpu']}; target dtype {result['target_dtype']}; `stepspec serve` at its defaults; "
+             f"max_tokens {result['max_tokens']}, greedy. vLLM's server speculates with, per mode: "
+             + "; ".join(f"{mode}: `{json.dumps(result['modes'][mode]['vllm_speculation'])}`" for mode in s[base])
+             + ". Each mode is one run, both arms side by side (" + "; ".join(
+                 f"{mode}: {m['date']}, commit {m['commit']}" for mode, m in result["modes"].items()) + ").", "",
              "| arm | mode | n | solved | vs vLLM server: lost / gained | wall s | speed vs vLLM server | p50 s | p90 s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for arm, modes in s.items():
@@ -139,29 +150,65 @@ def report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def vllm_speculation(mode: str, draft: str) -> dict:
+    """vLLM's server at its fastest for the mode: suffix decoding under load, the draft model
+    inside the target one at a time (as stepspec's own target-only arm)."""
+    if mode == "concurrent":
+        return speculative_config("suffix")
+    return speculative_config(STRATEGIES["target-only"].target_spec, draft_model=draft)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=30)
-    parser.add_argument("--latency-limit", type=int, default=10)
+    parser.add_argument("--latency-limit", type=int, default=30)
     parser.add_argument("--max-tokens", type=int, default=640)
     parser.add_argument("--kv-cache-gib", type=float, default=1.0)
+    parser.add_argument("--modes", default=",".join(MODES), help="which modes to run now (comma-separated); "
+                        "the others are kept from results.json when their settings match")
     parser.add_argument("--out", default="benchmarks/measured/serve_gsm8k30_cpu")
     args = parser.parse_args()
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
+    wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if unknown := sorted(set(wanted) - set(MODES)):
+        raise SystemExit(f"--modes: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
     problems = load_dataset("gsm8k").problems[:args.limit]
+    sizes = {"concurrent": args.limit, "one_at_a_time": args.latency_limit}
     grader = get_grader("gsm8k")
-    target = resolve_model(BUNDLED_TARGET)
+    target, draft = resolve_model(BUNDLED_TARGET), resolve_model(BUNDLED_DRAFT)
     dtype = choose_dtype("auto", target, cpu=True).dtype
-    spec = speculative_config("suffix")
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
         env["LD_PRELOAD"] = preload
-    runs: dict[str, dict] = {"vllm-server": {}, "stepspec-serve": {}}
+    result = {"cpu": cpu_info()[0], "target_dtype": dtype, "max_tokens": args.max_tokens,
+              "runs": {"vllm-server": {}, "stepspec-serve": {}}, "modes": {}}
+    saved = out / "results.json"
+    if saved.exists():
+        old = json.loads(saved.read_text())
+        for mode, m in old.get("modes", {}).items():
+            same = (old["max_tokens"] == args.max_tokens and m["n"] == sizes[mode] and old["cpu"] == result["cpu"]
+                    and mode not in wanted)
+            if same:
+                result["modes"][mode] = m
+                for arm in result["runs"]:
+                    result["runs"][arm][mode] = old["runs"][arm][mode]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+
+    def save() -> None:
+        done = [m for m in MODES if m in result["modes"]]
+        result["summary"] = summary({arm: {m: r[m] for m in done} for arm, r in result["runs"].items()},
+                                    problems, grader)
+        saved.write_text(json.dumps(result, indent=1))
+        (out / "report.md").write_text(report(result))
+
     # Each arm and mode on a fresh server process: no prefix cache and no suffix tree carries over.
-    for mode, subset in (("concurrent", problems), ("one_at_a_time", problems[:args.latency_limit])):
+    for mode in (m for m in MODES if m in wanted):
+        subset = problems[:sizes[mode]]
         if not subset:
             continue
+        spec = vllm_speculation(mode, draft)
         port = free_port()
         vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target,
                     "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
@@ -169,8 +216,8 @@ def main() -> None:
                     "--speculative-config", json.dumps(spec)]
         proc = start(vllm_cmd, port, out / "vllm_server.log", env)
         try:
-            runs["vllm-server"][mode] = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", subset,
-                                                            reasoning_messages, args.max_tokens, mode == "concurrent"))
+            base = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", subset, reasoning_messages,
+                                       args.max_tokens, mode == "concurrent"))
         finally:
             stop(proc)
         port = free_port()
@@ -178,17 +225,16 @@ def main() -> None:
                      "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
         proc = start(serve_cmd, port, out / "stepspec_serve.log", env)
         try:
-            runs["stepspec-serve"][mode] = asyncio.run(measure(
+            served = asyncio.run(measure(
                 f"http://127.0.0.1:{port}", "stepspec", subset, lambda q: [{"role": "user", "content": q}],
                 args.max_tokens, mode == "concurrent"))
         finally:
             stop(proc)
-    result = {"cpu": cpu_info()[0], "target_dtype": dtype, "vllm_speculation": spec, "limit": args.limit,
-              "latency_limit": args.latency_limit, "max_tokens": args.max_tokens, "runs": runs,
-              "summary": summary(runs, problems, grader)}
-    (out / "results.json").write_text(json.dumps(result, indent=1))
-    (out / "report.md").write_text(report(result))
-    print(report(result))
+        result["runs"]["vllm-server"][mode], result["runs"]["stepspec-serve"][mode] = base, served
+        result["modes"][mode] = {"n": len(subset), "vllm_speculation": spec, "commit": commit,
+                                 "date": time.strftime("%Y-%m-%d")}
+        save()
+        print(report(result), flush=True)
 
 
 if __name__ == "__main__":
