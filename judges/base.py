@@ -125,6 +125,10 @@ class Judge(Protocol):
     name: str
     # True when verdicts need StepCandidate.target_step (semantic-equivalence judges).
     needs_target_step: bool
+    # True when verdicts need the drafted step's token ids and logprobs (the likelihood verifier).
+    needs_draft_tokens: bool
+    # How many of the draft's top alternatives per token the verdicts need (sampled drafts; 0: none).
+    draft_top_k: int
 
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         """One verdict per candidate, in order."""

@@ -61,6 +61,14 @@ class CascadeJudge:
     def needs_target_step(self) -> bool:
         return any(r.needs_target_step for r in self.rungs)
 
+    @property
+    def needs_draft_tokens(self) -> bool:
+        return any(r.needs_draft_tokens for r in self.rungs)
+
+    @property
+    def draft_top_k(self) -> int:
+        return max(r.draft_top_k for r in self.rungs)
+
     async def judge(self, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         verdicts: list[Verdict | None] = [None] * len(candidates)
         calls = [0] * len(candidates)

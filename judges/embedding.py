@@ -43,6 +43,8 @@ class EmbeddingOptions(JudgeOptions):
 class EmbeddingJudge(Configured):
     name = "embedding"
     needs_target_step = True
+    needs_draft_tokens = False  # verdicts need no drafted token ids and logprobs
+    draft_top_k = 0
 
     def __init__(self, options: EmbeddingOptions | None = None, **overrides) -> None:
         """``options``, or keywords (``accept_threshold=0.9``) validated through :class:`EmbeddingOptions`."""

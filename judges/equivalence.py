@@ -60,6 +60,8 @@ class LLMEquivalenceOptions(JudgeOptions):
 class LLMEquivalenceJudge(Configured):
     name = "llm-equivalence"
     needs_target_step = True
+    needs_draft_tokens = False  # verdicts need no drafted token ids and logprobs
+    draft_top_k = 0
 
     def __init__(self, engine: Engine, options: LLMEquivalenceOptions | None = None, **overrides) -> None:
         """``options``, or keywords (``threshold=0.7``) validated through :class:`LLMEquivalenceOptions`."""

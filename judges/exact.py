@@ -44,6 +44,8 @@ class ExactJudge(Configured):
 
     name = "exact"
     needs_target_step = True
+    needs_draft_tokens = False  # verdicts need no drafted token ids and logprobs
+    draft_top_k = 0
 
     def __init__(self, options: ExactOptions | None = None, **overrides) -> None:
         self.options = ExactOptions.build(options, **overrides)

@@ -105,6 +105,7 @@ class LikelihoodJudge(Configured):
     name = "likelihood"
     needs_target_step = False
     needs_draft_tokens = True  # the strategy hands over the drafted token ids and logprobs
+    draft_top_k = 0  # sampled='ratio': the draft's top-k alternatives per token (set from the options)
 
     def __init__(self, engine: Engine, options: LikelihoodOptions | None = None, **overrides) -> None:
         """``options``, or keywords (``floor=-3``) validated through :class:`LikelihoodOptions`."""

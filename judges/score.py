@@ -45,6 +45,8 @@ class ScoreOptions(JudgeOptions):
 class ScoreJudge(Configured):
     name = "score"
     needs_target_step = False
+    needs_draft_tokens = False  # verdicts need no drafted token ids and logprobs
+    draft_top_k = 0
 
     def __init__(self, engine: Engine, options: ScoreOptions | None = None, **overrides) -> None:
         """``options``, or keywords (``threshold=6``) validated through :class:`ScoreOptions`."""

@@ -35,7 +35,7 @@ from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, Trace
-from routers.base import KEEP, STOP, Router, RoutingExample, RoutingState
+from routers.base import Action, Router, RoutingExample, RoutingState
 
 # Top alternatives read per drafted token: enough for the entropy features.
 ROUTER_LOGPROBS = 5
@@ -67,14 +67,14 @@ class Arbitrage(Policy):
         t0 = time.perf_counter()
         with run.clock:  # the router's embedding model is a model call too
             (decision,) = await self.router.route([routing_state(run, drafted)])
-        routed = judged_fields(drafted, Verdict(decision.router, decision.action == KEEP, score=decision.p_target),
+        routed = judged_fields(drafted, Verdict(decision.router, decision.action == Action.KEEP, score=decision.p_target),
                                time.perf_counter() - t0)
         # Routing rule: a step the router keeps joins the trace as the draft wrote
         # it; a routed step is dropped and the target writes it from the same prefix;
         # "stop" drops it and the target writes the rest of the answer in one piece.
-        if decision.action == KEEP:
+        if decision.action == Action.KEEP:
             run.keep(Author.DRAFT, drafted, **routed)
-        elif decision.action == STOP:
+        elif decision.action == Action.STOP:
             await run.write_answer(Author.TARGET)
         else:
             run.keep(Author.TARGET, await run.write("target"), **routed)

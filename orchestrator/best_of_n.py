@@ -50,7 +50,7 @@ from orchestrator.goodput import GoodputGovernor, StepMode
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import split_steps, tally
-from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
+from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
 
 
 class BestOfNTargetOptions(StrategyOptions):
@@ -76,7 +76,7 @@ class Solution:
     sample: GeneratedStep | None = None  # sampled whole, after ``steps``
     sampler: Author | None = None  # who sampled it
     steps: list[StepRecord] = field(default_factory=list)  # written step by step
-    ends: str | None = None  # what its last step ends (GeneratedStep.ends)
+    ends: StepEnd | None = None  # what its last step ends (GeneratedStep.ends)
     complete: bool = False
     plausible: list[tuple[float, int]] = field(default_factory=list)  # per drafted step: (share, tokens)
     score: float | None = None
@@ -109,7 +109,7 @@ class BestOfN(Policy):
                              "use 'likelihood' or 'score'")
         self.name = "best-of-n" if sampler is Author.DRAFT else "best-of-n-target"
         self.judge, self.options, self.sampler = judge, options, sampler
-        self.verified = sampler is Author.DRAFT and getattr(judge, "needs_draft_tokens", False)
+        self.verified = sampler is Author.DRAFT and judge.needs_draft_tokens
         self.found: dict[str, Any] = {}
 
     async def step(self, run: TraceRun) -> None:
@@ -218,7 +218,7 @@ async def score_solutions(run: TraceRun, judge: Judge, solutions: list[Solution]
     (from its step verdicts when it was verified as written, else one batched call over the
     whole samples), or with a whole-step judge its rating."""
     unscored = [s for s in solutions if s.sample is not None]
-    if getattr(judge, "needs_draft_tokens", False):
+    if judge.needs_draft_tokens:
         verdicts = await run.judge(judge, [run.candidate(s.sample, [*run.steps, *s.steps])
                                            for s in unscored]) if unscored else []
         for s, v in zip(unscored, verdicts):

@@ -33,18 +33,11 @@ class Budget(BaseModel):
     # the trace, means the model does not separate steps that way: an error. None: allow.
     max_cut_steps: int | None = 4
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        names = list(type(self).model_fields)
-        if len(args) > len(names):
-            raise TypeError(f"Budget takes at most {len(names)} positional arguments ({', '.join(names)})")
-        for name, value in zip(names, args):  # positional, in field order, as before
-            if name in kwargs:
-                raise TypeError(f"Budget got multiple values for argument '{name}'")
-            kwargs[name] = value
+    def __init__(self, **kwargs: Any) -> None:
         try:
             super().__init__(**kwargs)
         except ValidationError as e:
-            raise _plain_error(e, names) from None
+            raise _plain_error(e, list(type(self).model_fields)) from None
 
     @field_validator("max_steps", "max_tokens", "max_step_tokens")
     @classmethod

@@ -28,7 +28,8 @@ from judges.base import Judge, JudgeError
 from judges.registry import make_judge
 from orchestrator.config import ReasonerConfig, engines_for
 from orchestrator.goodput import GoodputGovernor
-from orchestrator.run import Budget, ReasoningError
+from orchestrator.budget import Budget
+from orchestrator.run import ReasoningError
 from orchestrator.steps import StepRules
 from orchestrator.strategies import StrategyError, check_options, get_strategy
 from orchestrator.trace import StepRecord, Trace

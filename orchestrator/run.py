@@ -21,12 +21,12 @@ from engine.protocol import Engine
 from engine.stats import SpecDecodingStats
 from engine.types import GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
-from orchestrator.budget import Budget  # its home is orchestrator.budget; imported from here too
+from orchestrator.budget import Budget
 from orchestrator.goodput import GoodputGovernor, StepMode, StepTicket
 from orchestrator.prompts import opening_messages
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules, find_answer
-from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
+from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
 
 
 class ReasoningError(RuntimeError):
@@ -117,9 +117,9 @@ def draft_logprobs(judge: Judge, temperature: float = 0.0) -> int | None:
     sampled token's alone) when the judge reads the drafted tokens, else nothing; for a
     step it samples (``temperature`` > 0) and the judge tests by ratio, the judge's
     ``draft_top_k`` alternatives too."""
-    if not getattr(judge, "needs_draft_tokens", False):
+    if not judge.needs_draft_tokens:
         return None
-    return getattr(judge, "draft_top_k", 0) if temperature > 0 else 0
+    return judge.draft_top_k if temperature > 0 else 0
 
 
 class TraceRun:
@@ -277,14 +277,14 @@ class TraceRun:
         return StepCandidate(self.question, tuple(s.text for s in previous), text,
                              opening_messages=opening_messages(self.question))
 
-    def add(self, record: StepRecord, ends: str | None = None) -> None:
-        """Append a step; ``ends`` is its GeneratedStep.ends ("trace", "thinking", "action" or None)."""
+    def add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
+        """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
         self.steps.append(record)
-        if ends == "action":
+        if ends is StepEnd.ACTION:
             self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat
-        elif ends == "trace":
+        elif ends is StepEnd.TRACE:
             self.ended = StopReason.ANSWER if find_answer(record.text, self.rules) is not None else StopReason.EOS
-        elif ends == "thinking":
+        elif ends is StepEnd.THINKING:
             self.ended = StopReason.THINKING
         if self.on_step is not None:
             self.on_step(record)

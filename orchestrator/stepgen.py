@@ -19,7 +19,7 @@ from engine.protocol import Engine
 from engine.types import FinishReason, GenerationRequest, SamplingSpec, TokenLogprob
 from orchestrator.prompts import reasoning_messages
 from orchestrator.steps import StepRules, inside_code_block, inside_thinking, last_boxed
-from orchestrator.trace import StepRecord, join_steps
+from orchestrator.trace import StepEnd, StepRecord, join_steps
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,7 @@ class GeneratedStep:
     text: str
     num_tokens: int
     complete: bool  # ended at the delimiter or the end of the answer, not at the cap
-    # What this step ends, if anything: "trace" (EOS, or a boxed answer outside any
-    # <think> block), "thinking" (it closed the </think> block) or "action" (it
-    # holds a tool call, StepRules.action_pattern).
-    ends: str | None
+    ends: StepEnd | None  # what this step ends, if anything
     seconds: float
     # With ``logprobs`` asked of generate_steps, per generated token: its logprob and
     # the entropy of the next-token distribution over the top alternatives (nats).
@@ -129,7 +126,7 @@ async def generate_steps(
                 token_tops[i].append(tuple((tid, lp) for tid, _, lp in t.top))
             if c.finish_reason is FinishReason.STOP and c.stop_string == rules.think_end:
                 texts[i] += rules.think_end
-                ended[i] = (True, "thinking")
+                ended[i] = (True, StepEnd.THINKING)
                 continue
             thinking = inside_thinking(prompts[i] + texts[i], rules)
             boxed = last_boxed(texts[i]) is not None and not thinking
@@ -138,9 +135,9 @@ async def generate_steps(
                 still.append(i)
                 continue
             complete = c.finish_reason is not FinishReason.LENGTH or boxed
-            ends = "trace" if c.finish_reason is FinishReason.EOS or boxed else None
+            ends = StepEnd.TRACE if c.finish_reason is FinishReason.EOS or boxed else None
             if rules.action_pattern and complete and re.search(rules.action_pattern, texts[i]):
-                ends = "action"  # a tool call: the agent runs it before anything else is written
+                ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
             ended[i] = (complete, ends)
         pending = still
     seconds = time.perf_counter() - t0

@@ -20,6 +20,14 @@ class Author(StrEnum):
     TARGET = "target"  # the target: baselines, first steps, a rewrite after a rejection or a cut
 
 
+class StepEnd(StrEnum):
+    """What a generated step ends, if anything (``GeneratedStep.ends``; None: nothing)."""
+
+    TRACE = "trace"  # EOS, or a boxed answer outside any <think> block
+    THINKING = "thinking"  # it closed the </think> block
+    ACTION = "action"  # it holds a tool call (StepRules.action_pattern)
+
+
 class StopReason(StrEnum):
     """Why a trace stopped (``Trace.stop_reason``); result files hold the same strings."""
 

@@ -71,7 +71,7 @@ from orchestrator.driver import Policy, StrategyOptions, TargetOpening, drive_se
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import StepRules, tally
-from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work, join_steps
+from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
 from orchestrator.verify_queue import JudgeQueue
 
 # What ranks the branches, by whether the judge is a token-level verifier (Trace.search["branch_score"]).
@@ -104,7 +104,7 @@ class Branch:
     nodes: list[int] = field(default_factory=list)  # graph node ids, root excluded
     steps: list[StepRecord] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # per step: the verdict's score
-    ends: str | None = None  # the last step's GeneratedStep.ends
+    ends: StepEnd | None = None  # the last step's GeneratedStep.ends
     # Per step, with a token-level verifier: (the share of its tokens it finds plausible, tokens).
     tokens: list[tuple[float, int]] = field(default_factory=list)
 
@@ -218,7 +218,7 @@ class TreeSearch(Policy):
             # Beam rule: a child that ends the trace (or spends its tokens, or repeats its
             # last step) is finished and kept aside; of the rest, the beam best by branch
             # score go on. The answer is the best-scored finished branch, else the best open one.
-            done = [c for c in children if c.ends in ("trace", "thinking") or c.num_tokens >= max_tokens
+            done = [c for c in children if c.ends in (StepEnd.TRACE, StepEnd.THINKING) or c.num_tokens >= max_tokens
                     or repeats(c.steps)]
             finished += done
             open_ = sorted((c for c in children if c not in done), key=lambda c: c.rank, reverse=True)[:o.beam]

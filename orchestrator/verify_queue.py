@@ -58,8 +58,8 @@ class JudgeQueue:
         self.inner = judge
         self.name = judge.name
         self.needs_target_step = judge.needs_target_step
-        self.needs_draft_tokens = getattr(judge, "needs_draft_tokens", False)
-        self.draft_top_k = getattr(judge, "draft_top_k", 0)
+        self.needs_draft_tokens = judge.needs_draft_tokens
+        self.draft_top_k = judge.draft_top_k
         self.max_batch = max_batch
         self.stats = QueueStats()
         self._pending: list[tuple[StepCandidate, float, asyncio.Future]] = []

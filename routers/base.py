@@ -35,12 +35,17 @@ the target (action ``target``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 from common.options import Options
 
-KEEP, TARGET, STOP = "keep", "target", "stop"
-ACTIONS = (KEEP, TARGET, STOP)
+class Action(StrEnum):
+    """What a router decides about a drafted step."""
+
+    KEEP = "keep"  # the drafted step stays
+    TARGET = "target"  # the target writes the step instead
+    STOP = "stop"  # the trace ends here
 
 
 class RouterError(ValueError):
@@ -81,13 +86,14 @@ class RoutingState:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # keep | target | stop
+    action: Action
     p_target: float
     router: str
 
     def __post_init__(self) -> None:
-        if self.action not in ACTIONS:
-            raise ValueError(f"unknown routing action '{self.action}'; one of {', '.join(ACTIONS)}")
+        if self.action not in tuple(Action):
+            raise ValueError(f"unknown routing action '{self.action}'; one of {', '.join(Action)}")
+        object.__setattr__(self, "action", Action(self.action))
 
 
 @runtime_checkable

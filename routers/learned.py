@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Sequence
 from pydantic import Field
 
 from common.files import atomic_write
-from routers.base import KEEP, TARGET, Decision, RouterError, RouterOptions, RoutingState
+from routers.base import Action, Decision, RouterError, RouterOptions, RoutingState
 from routers.features import FEATURE_VERSION, FeatureSet, featurize
 
 FORMAT = "stepspec-router"
@@ -76,7 +76,7 @@ class LearnedRouter:
     async def route(self, states: Sequence[RoutingState]) -> list[Decision]:
         # in a thread: the embedding model computes while the event loop serves the engines
         probs = await asyncio.to_thread(self.predict, states)
-        return [Decision(TARGET if p >= self.tau else KEEP, float(p), self.name) for p in probs]
+        return [Decision(Action.TARGET if p >= self.tau else Action.KEEP, float(p), self.name) for p in probs]
 
     def save(self, path: str | os.PathLike) -> Path:
         import torch

@@ -19,7 +19,7 @@ from typing import ClassVar, Literal, Sequence
 from pydantic import Field
 
 from common.options import Configured
-from routers.base import KEEP, TARGET, Decision, RouterError, RouterOptions, RoutingState
+from routers.base import Action, Decision, RouterError, RouterOptions, RoutingState
 
 
 class ThresholdOptions(RouterOptions):
@@ -49,5 +49,5 @@ class ThresholdRouter(Configured):
         out = []
         for s in states:
             c = self.confidence(s)
-            out.append(Decision(TARGET if c < self.options.min_confidence else KEEP, 1.0 - c, self.name))
+            out.append(Decision(Action.TARGET if c < self.options.min_confidence else Action.KEEP, 1.0 - c, self.name))
         return out

@@ -91,7 +91,8 @@ def agent_engine(calls, answer="So the answer is \\boxed{33}."):
 
 
 class FixedJudge:
-    needs_target_step = False
+    needs_target_step = needs_draft_tokens = False
+    draft_top_k = 0
 
     def __init__(self, accept):
         self.accept, self.name = accept, "fixed"

@@ -859,3 +859,17 @@ def test_each_arm_runs_on_the_target_engine_its_strategy_asks_for():
     with pytest.raises(ValueError, match="arm 'to-suffix'.*unknown speculation method 'sufix'"):
         BenchSpec(strategies=("to-suffix",), strategy_options={"to-suffix": {"strategy": "target-only",
                                                                             "target_spec": "sufix"}}).check()
+    # an arm with its own draft (an aligned one beside the unaligned): a draft engine each, named by model
+    spec = BenchSpec(strategies=("target-only", "specreason", "sr-aligned"),
+                     strategy_options={"sr-aligned": {"strategy": "specreason", "draft": "/models/my-draft-aligned"},
+                                       "target-only": {"target_spec": "suffix"}})
+    configs, roles = spec.arm_engines()
+    assert set(configs) == {"target", "draft (qwen2.5-coder-0.5b)", "draft (my-draft-aligned)"}
+    assert roles["sr-aligned"] == ("target", "draft (my-draft-aligned)")
+    assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
+    # two targets with the draft model inside, each a different draft: named by the draft inside
+    spec = BenchSpec(strategies=("target-only", "to-aligned"),
+                     strategy_options={"to-aligned": {"strategy": "target-only", "draft": "/models/my-draft-aligned"}})
+    configs, roles = spec.arm_engines()
+    assert roles["to-aligned"][0] == "target (draft: my-draft-aligned)"
+    assert roles["target-only"][0] == "target (draft: qwen2.5-coder-0.5b)"

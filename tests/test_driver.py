@@ -17,7 +17,6 @@ from orchestrator.budget import Budget
 from orchestrator.driver import Backoff, Policy, StrategyError, StrategyOptions, TargetOpening, drive
 from orchestrator.goodput import GoodputGovernor
 from orchestrator.reasoner import Reasoner
-from orchestrator.run import Budget as BudgetFromRun
 from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, check_options, get_strategy
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
@@ -150,11 +149,11 @@ def test_each_author_counts_its_own_tokens_and_seconds():
 
 
 def test_the_budget_is_declared_once_frozen_and_hashable():
-    assert BudgetFromRun is Budget
     b = Budget()
     assert (b.max_steps, b.max_tokens, b.max_step_tokens, b.max_seconds, b.max_cut_steps) == (64, 1024, 256, None, 4)
     assert Budget(timeout=30) == Budget(max_seconds=30) and Budget(timeout=30).max_seconds == 30.0
-    assert Budget(10, 20) == Budget(max_steps=10, max_tokens=20)
+    with pytest.raises(TypeError):
+        Budget(10, 20)  # keywords only: a number alone does not say which limit it is
     assert hash(Budget(max_tokens=9)) == hash(Budget(max_tokens=9)) and len({b, Budget()}) == 1
     with pytest.raises(Exception):
         b.max_tokens = 5
@@ -302,7 +301,7 @@ def test_a_search_that_stops_in_thinking_gets_its_answer_written_by_the_driver()
         return "The answer is \\boxed{18}." if "</think>" in prompt else "<think>9 * 2 = 18</think>"
 
     class Rate:
-        name, needs_target_step = "rate", False
+        name, needs_target_step, needs_draft_tokens, draft_top_k = "rate", False, False, 0
 
         async def judge(self, candidates):
             from judges.base import Verdict
@@ -360,7 +359,8 @@ def test_every_engine_call_of_a_trace_carries_its_session_and_traces_differ():
 
 
 class _AcceptAll:
-    needs_target_step = False
+    needs_target_step = needs_draft_tokens = False
+    draft_top_k = 0
     name = "accept-all"
 
     async def judge(self, candidates):

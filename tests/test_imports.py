@@ -24,9 +24,7 @@ PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows"
 # workflows/ each sub-package is a unit of its own.
 LAYER = {"common": 0, "engine": 1, "judges": 2, "routers": 2, "orchestrator": 3,
          "workflows.agents": 4, "workflows.eval": 4, "workflows.examples": 5, "workflows.routing": 5,
-         "workflows.flows": 5, "workflows.serve": 6, "workflows.cli": 7}
-# Old import paths kept for users (``from workflows.tools import tool``); no stepspec module uses them.
-COMPAT = {"workflows.tools", "workflows.agent", "workflows.lm_eval_model"}
+         "workflows.flows": 5, "workflows.align": 5, "workflows.serve": 6, "workflows.cli": 7}
 
 
 def _unit(module: str) -> str | None:
@@ -65,13 +63,11 @@ def test_data_flows_one_way():
     violations = []
     for module, path in _modules().items():
         unit = _unit(module)
-        if module in COMPAT or unit not in LAYER:
+        if unit not in LAYER:
             continue
         for imported, _ in _imports(path):
             other = _unit(imported)
-            if imported in COMPAT:
-                violations.append(f"{module} imports the compatibility name {imported}")
-            elif other is not None and other != unit and (other not in LAYER or LAYER[other] >= LAYER[unit]):
+            if other is not None and other != unit and (other not in LAYER or LAYER[other] >= LAYER[unit]):
                 violations.append(f"{module} imports {imported}")
     assert violations == []
 

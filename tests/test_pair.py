@@ -146,7 +146,7 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(pair, questio
     import math
 
     from orchestrator.arbitrage import arbitrage
-    from orchestrator.run import Budget
+    from orchestrator.budget import Budget
     from routers.threshold import ThresholdRouter
 
     class Recording(ThresholdRouter):
@@ -213,7 +213,7 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     from judges.likelihood import LikelihoodJudge
     from orchestrator.baseline import target_only
     from orchestrator.lookahead import lookahead
-    from orchestrator.run import Budget
+    from orchestrator.budget import Budget
     from orchestrator.specreason import specreason
 
     target = pair_engine(pair[0], "target")

@@ -17,7 +17,7 @@ from fake_engine import ScriptedEngine
 from orchestrator.arbitrage import arbitrage, arbitrage_oracle
 from orchestrator.baseline import draft_only, target_only
 from orchestrator.reasoner import Reasoner
-from routers.base import KEEP, STOP, TARGET, Decision, RouterError, RoutingExample, RoutingState
+from routers.base import Action, Decision, RouterError, RoutingExample, RoutingState
 from routers.features import HEAD_TOKENS, SCALAR_FEATURES, FeatureSet, featurize, scalar_features
 from routers.learned import LearnedOptions, LearnedRouter
 from routers.registry import make_router, router_options_model
@@ -53,7 +53,7 @@ class ScriptedRouter:
 
     name = "scripted"
 
-    def __init__(self, actions: dict[str, str], default: str = KEEP):
+    def __init__(self, actions: dict[str, str], default: str = Action.KEEP):
         self.actions, self.default = actions, default
         self.seen: list[RoutingState] = []
 
@@ -62,7 +62,7 @@ class ScriptedRouter:
         out = []
         for s in states:
             action = next((a for key, a in self.actions.items() if key in s.draft_step), self.default)
-            out.append(Decision(action, 0.9 if action != KEEP else 0.1, self.name))
+            out.append(Decision(action, 0.9 if action != Action.KEEP else 0.1, self.name))
         return out
 
 
@@ -72,9 +72,9 @@ class ScriptedRouter:
 def test_threshold_router_follows_the_worked_example():
     lps = tuple(math.log(p) for p in (0.9, 0.8, 0.3))
     (mean,) = asyncio.run(ThresholdRouter(min_confidence=0.6).route([state(lps=lps, ents=())]))
-    assert mean.action == KEEP and mean.p_target == pytest.approx(1 - 0.6, abs=0.01)
+    assert mean.action == Action.KEEP and mean.p_target == pytest.approx(1 - 0.6, abs=0.01)
     (low,) = asyncio.run(ThresholdRouter(min_confidence=0.6, statistic="min").route([state(lps=lps, ents=())]))
-    assert low.action == TARGET and low.p_target == pytest.approx(0.7)
+    assert low.action == Action.TARGET and low.p_target == pytest.approx(0.7)
     with pytest.raises(RouterError, match="without token logprobs"):
         asyncio.run(ThresholdRouter().route([state(lps=(), ents=())]))
     with pytest.raises(RouterError, match="statistic"):
@@ -254,7 +254,7 @@ def test_router_file_round_trip_and_version_mismatch(tmp_path, torch):
     assert LearnedRouter.load(path, tau=0.99).tau == 0.99
     assert make_router(str(path)).tau == loaded.tau and make_router(str(path), tau=0.99).tau == 0.99
     decisions = asyncio.run(loaded.route(states))
-    assert [d.action for d in decisions] == [TARGET if d.p_target >= loaded.tau else KEEP for d in decisions]
+    assert [d.action for d in decisions] == [Action.TARGET if d.p_target >= loaded.tau else Action.KEEP for d in decisions]
 
     payload = torch.load(path, weights_only=True)
     payload["feature_version"] = 0
@@ -312,7 +312,7 @@ def test_read_examples_keeps_the_latest_record_of_a_position(tmp_path):
 
 
 def test_arbitrage_keeps_routes_and_stops_as_the_router_says():
-    router = ScriptedRouter({"8 eggs": TARGET})
+    router = ScriptedRouter({"8 eggs": Action.TARGET})
     draft = script(DRAFT_STEPS, "draft", token_logprob=lambda text: -0.5)
     trace = asyncio.run(arbitrage(Q, draft=draft, target=script(TARGET_STEPS, "target"), router=router,
                                   first_target_steps=0))
@@ -325,15 +325,15 @@ def test_arbitrage_keeps_routes_and_stops_as_the_router_says():
 
     # the two ends of any router: keep all = draft-only's text, route all = target-only's
     keep_all = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(TARGET_STEPS),
-                                     router=ScriptedRouter({}, KEEP), first_target_steps=0))
+                                     router=ScriptedRouter({}, Action.KEEP), first_target_steps=0))
     assert keep_all.text == asyncio.run(draft_only(Q, draft=script(DRAFT_STEPS))).text
     route_all = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(TARGET_STEPS),
-                                      router=ScriptedRouter({}, TARGET)))
+                                      router=ScriptedRouter({}, Action.TARGET)))
     assert route_all.text == asyncio.run(target_only(Q, target=script(TARGET_STEPS))).text
 
     # stop: the drafted step is dropped and the target writes the rest in one piece
     stopped = asyncio.run(arbitrage(Q, draft=script(DRAFT_STEPS), target=script(("It is \\boxed{18}.",)),
-                                    router=ScriptedRouter({"8 eggs": STOP}), first_target_steps=0))
+                                    router=ScriptedRouter({"8 eggs": Action.STOP}), first_target_steps=0))
     assert [s.author for s in stopped.steps] == ["draft", "target"] and stopped.answer == "18"
 
 
@@ -392,7 +392,7 @@ def test_reasoner_wires_routers_and_refuses_bad_ones(tmp_path):
 
 
 class _Compare:
-    name, needs_target_step = "exact", True
+    name, needs_target_step, needs_draft_tokens, draft_top_k = "exact", True, False, 0
 
     async def judge(self, candidates):
         raise AssertionError("not reached")
@@ -475,7 +475,7 @@ def test_collect_refuses_evaluation_problems(tmp_path):
     data = tmp_path / "mine.jsonl"
     data.write_text(json.dumps({"question": "A fresh question: 2 + 2?", "answer": "4"}) + "\n"
                     + json.dumps({"question": gsm[5].question, "answer": "1"}) + "\n")
-    with pytest.raises(CollectError, match="1 questions \\(lines 2\\) are in the evaluation sets"):
+    with pytest.raises(CollectError, match="1 questions \\(lines 2\\) are in the evaluation sets or near dup"):
         training_problems(CollectSpec(source=str(data)))
     with pytest.raises(CollectError, match="evaluation set"):
         training_problems(CollectSpec(source="gsm8k"))
@@ -483,13 +483,15 @@ def test_collect_refuses_evaluation_problems(tmp_path):
 
 def test_collect_generates_training_problems_reproducibly():
     pytest.importorskip("reasoning_gym", reason="generated problems need stepspec[router]")
-    from workflows.routing.collect import CollectSpec, training_problems
+    from workflows.routing.collect import CollectError, CollectSpec, training_problems
 
-    generated = training_problems(CollectSpec(source="gsm-symbolic", num_problems=5, seed=1))
-    assert len(generated) == 5 and all(p.question and p.reference.lstrip("-").isdigit() for p in generated)
+    generated = training_problems(CollectSpec(num_problems=5, seed=1))
+    assert CollectSpec().source == "generated"
+    assert len(generated) == 5 and all(p.question and p.reference.strip() for p in generated)
     assert [p.question for p in generated] == [p.question for p in
-                                               training_problems(CollectSpec(source="gsm-symbolic",
-                                                                             num_problems=5, seed=1))]
+                                               training_problems(CollectSpec(num_problems=5, seed=1))]
+    with pytest.raises(CollectError, match="GSM8K test problems"):
+        training_problems(CollectSpec(source="gsm-symbolic"))
 
 
 def test_router_collect_cli_refuses_an_evaluation_set_before_loading_models(tmp_path):

@@ -207,6 +207,62 @@ def test_32_concurrent_streams_complete_and_5_that_disconnect_cancel_their_engin
             assert http.get(f"{url}/health").json()["in_flight"] == 0
 
 
+def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine_request_running(
+        tmp_path_factory, record_property):
+    """The same load on in-process vLLM (tiny random models, one tokenizer): 27 streams end in
+    [DONE]; the 5 that hang up asked for a budget far longer than the others' (hundreds of
+    steps), yet within seconds of the others' end neither engine holds a request."""
+    from conftest import tiny_engine
+    from orchestrator.budget import Budget
+    from orchestrator.reasoner import Reasoner
+    from orchestrator.steps import StepRules
+    from tiny_models import build_tiny_model
+
+    paths = [build_tiny_model(tmp_path_factory.mktemp(f"serve{seed}"), seed=seed, weight_std=0.5,
+                              tie_word_embeddings=False) for seed in (0, 1)]
+    target, draft = (tiny_engine(p, name=n, max_model_len=4096) for p, n in zip(paths, ("target", "draft")))
+    # the tiny models write byte soup in which "ge" occurs: steps end there or at 8 tokens
+    served = Reasoner(target, draft, strategy="specreason", rules=StepRules(delimiter="ge"), backoff=False,
+                      budget=Budget(max_steps=6, max_tokens=48, max_step_tokens=8, max_cut_steps=None))
+    with serving({"stepspec": served}, max_concurrency=64) as url:
+        sdk = client(url)
+        warm = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
+        assert warm.choices[0].finish_reason in ("stop", "length")
+
+        async def one(i: int, http: httpx.AsyncClient) -> tuple[str, float]:
+            long = {"stepspec": {"budget": {"max_steps": 400, "max_tokens": 3000}}} if i < 5 else {}
+            body = {"model": "stepspec", "messages": [{"role": "user", "content": f"{Q} ({i})"}], "stream": True,
+                    **long}
+            t0 = time.perf_counter()
+            events = []
+            async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[6:])
+                    if i < 5 and len(events) == 1:  # the first step arrived: hang up
+                        return "gone", time.perf_counter() - t0
+            assert events[-1] == "[DONE]" and all(json.loads(e)["object"] == "chat.completion.chunk"
+                                                  for e in events[:-1])
+            return "done", time.perf_counter() - t0
+
+        async def load():
+            async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
+                return await asyncio.gather(*(one(i, http) for i in range(32)))
+
+        results = asyncio.run(load())
+        assert [r for r, _ in results] == ["gone"] * 5 + ["done"] * 27
+        latencies = sorted(t for r, t in results if r == "done")
+        record_property("p50_s", statistics.median(latencies))
+        record_property("p99_s", latencies[int(0.99 * (len(latencies) - 1))])
+        deadline = time.monotonic() + 5
+        while target.num_unfinished_requests() or draft.num_unfinished_requests():
+            assert time.monotonic() < deadline, "a hung-up trace's engine requests are still running in vLLM"
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as http:
+            assert http.get(f"{url}/health").json()["in_flight"] == 0
+
+
 def test_a_workflow_file_is_served_one_model_per_reasoner(tmp_path):
     from workflows.flows.runner import WorkflowRun
     from workflows.flows.spec import load_workflow

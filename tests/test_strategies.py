@@ -10,7 +10,8 @@ from fake_engine import ScriptedEngine
 from judges.base import JudgeError, StepCandidate, Verdict
 from judges.exact import ExactJudge
 from orchestrator.baseline import draft_only, target_only
-from orchestrator.run import Budget, ReasoningError
+from orchestrator.budget import Budget
+from orchestrator.run import ReasoningError
 from orchestrator.specreason import specreason
 from orchestrator.steps import StepRules
 from orchestrator.trace import Trace
@@ -19,7 +20,8 @@ from orchestrator.trace import Trace
 class FixedJudge:
     """Accepts (or rejects) every step: the two ends of any judge's behaviour."""
 
-    needs_target_step = False
+    needs_target_step = needs_draft_tokens = False
+    draft_top_k = 0
 
     def __init__(self, accept: bool):
         self.accept = accept

@@ -11,7 +11,8 @@ from judges.base import JudgeError, Verdict
 from orchestrator.baseline import target_only
 from orchestrator.lookahead import GammaController, lookahead
 from orchestrator.reasoner import Reasoner
-from orchestrator.run import Budget, ReasoningError, StepDelimiterError
+from orchestrator.budget import Budget
+from orchestrator.run import ReasoningError, StepDelimiterError
 from orchestrator.spec_thinking import reflection_cue, spec_thinking
 from orchestrator.specreason import specreason
 from orchestrator.strategies import StrategyError, get_strategy

@@ -12,7 +12,7 @@ from judges.base import CutRule, StepCandidate, TokenCut, Verdict
 from orchestrator.best_of_n import best_of_n, best_of_n_target
 from orchestrator.driver import StrategyError
 from orchestrator.reasoner import Reasoner
-from orchestrator.run import Budget
+from orchestrator.budget import Budget
 from orchestrator.steps import answer_key
 from orchestrator.trace import Trace
 from orchestrator.tree import load_tree, tree, tree_target
@@ -48,7 +48,7 @@ class Sampler(ScriptedEngine):
 class TextScore:
     """A judge scoring a candidate by a "[s=N]" tag in its text (0 without one); accepts at 5."""
 
-    name, needs_target_step = "tag", False
+    name, needs_target_step, needs_draft_tokens, draft_top_k = "tag", False, False, 0
 
     def __init__(self):
         self.calls: list[int] = []
@@ -133,7 +133,7 @@ class WordVerifier(TextScore):
     """A token-level verifier over words (the Sampler's tokens): the first word "BAD" is the cut;
     "[p=N]" sets the share of plausible words of a step it accepts."""
 
-    name, needs_target_step, needs_draft_tokens = "words", False, True
+    name, needs_target_step, needs_draft_tokens, draft_top_k = "words", False, True, 0
 
     async def judge(self, candidates):
         self.calls.append(len(candidates))

@@ -27,7 +27,8 @@ from fake_engine import ScriptedEngine
 from engine.protocol import EngineError
 from engine.types import Completion, FinishReason, GenerationResult
 from judges.base import Verdict
-from orchestrator.run import Budget, ReasoningError
+from orchestrator.budget import Budget
+from orchestrator.run import ReasoningError
 
 Q = "Janet's ducks lay 16 eggs. She eats 3 and bakes with 4. She sells the rest at $2. How much?"
 TARGET_STEPS = ("16 - 3 - 4 = 9 eggs are left.\n\n", "9 * 2 = 18.\n\n", "The answer is \\boxed{18}.")
@@ -51,7 +52,8 @@ def script(*steps: str, name: str = "scripted", **kwargs: Any) -> ScriptedEngine
 class Judge:
     """Rejects drafted steps containing ``bad``; scores by a "[s=N]" tag when there is one."""
 
-    needs_target_step = False
+    needs_target_step = needs_draft_tokens = False
+    draft_top_k = 0
 
     def __init__(self, bad: str = "\0", name: str = "custom"):
         self.bad, self.name = bad, name

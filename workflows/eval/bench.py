@@ -89,6 +89,29 @@ Mode = Literal["latency", "throughput"]
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
+def _role_names(role: str, configs: list[EngineConfig]) -> list[str]:
+    """A name per config of one role (equal configs, one name): the role alone when all are
+    one engine, else the role and what tells them apart: a target's token method (and the
+    model drafting inside it when two share the method), a draft's model; a number if still equal."""
+    distinct = list(dict.fromkeys(configs))
+    if len(distinct) <= 1:
+        return [role] * len(configs)
+
+    def method(c: EngineConfig) -> str:
+        return getattr(c, "speculation", None) or "none"
+
+    def tell(c: EngineConfig) -> str:
+        if role == "draft":
+            return f"draft ({Path(str(getattr(c, 'model', ''))).name})"
+        if sum(method(d) == method(c) for d in distinct) > 1:
+            return f"target ({method(c)}: {Path(str(getattr(c, 'draft_model', None) or '')).name or 'none'})"
+        return f"target ({method(c)})"
+
+    names = [tell(c) for c in distinct]
+    names = [n if names.count(n) == 1 else f"{n} #{names[:k].count(n) + 1}" for k, n in enumerate(names)]
+    return [names[distinct.index(c)] for c in configs]
+
+
 class BenchSpec(RunSettings):
     """What a benchmark run is: data, arms, and the models, budgets and delimiter every arm
     shares (:class:`orchestrator.config.RunSettings`); saved in its results file."""
@@ -205,20 +228,23 @@ class BenchSpec(RunSettings):
 
     def arm_engines(self) -> tuple[dict[str, EngineConfig], dict[str, tuple[str | None, str | None]]]:
         """The engines the run needs, by role, and each arm's (target role, draft role): one
-        draft, and one target per token-level method the arms' strategies ask of it
-        (``target_spec`` auto: each strategy's own), named "target" when there is one, else
-        "target (METHOD)". An arm whose strategy never asks the target or the draft gets none."""
+        engine per distinct config the arms ask of each role (``target_spec`` auto: each
+        strategy's own method; an arm's own ``draft``: its own draft engine), named "target"
+        and "draft" when there is one, else by what tells them apart: "target (METHOD)",
+        "draft (MODEL)". An arm whose strategy never asks the target or the draft gets none."""
         wanted = {label: (get_strategy(self.strategy_of(label)), self.arm_config(label)) for label in self.strategies}
+        targets = [c.target for strategy, c in wanted.values() if strategy.needs_target]
+        drafts = [c.draft for strategy, c in wanted.values() if strategy.needs_draft and c.draft is not None]
+        target_names, draft_names = _role_names("target", targets), _role_names("draft", drafts)
         configs: dict[str, EngineConfig] = {}
         roles: dict[str, tuple[str | None, str | None]] = {}
-        targets = {c.target for strategy, c in wanted.values() if strategy.needs_target}
         for label, (strategy, c) in wanted.items():
             target = draft = None
             if strategy.needs_target:
-                target = "target" if len(targets) == 1 else f"target ({getattr(c.target, 'speculation', None) or 'none'})"
+                target = target_names[targets.index(c.target)]
                 configs[target] = c.target
             if strategy.needs_draft and c.draft is not None:
-                draft = "draft"
+                draft = draft_names[drafts.index(c.draft)]
                 configs[draft] = c.draft
             roles[label] = (target, draft)
         return configs, roles

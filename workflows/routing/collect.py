@@ -9,9 +9,10 @@ the draft's token logprobs and entropies, both ratings), appended to
 to ``problems.jsonl``. ``collect.json`` holds the config and each session.
 
 Training problems never come from the evaluation sets: by default they are
-generated (``gsm-symbolic``, reasoning-gym's procedural grade-school problems,
-offline, seeded); a user's JSONL is checked against the evaluation files in
-the data folder and refused if any question is one of theirs.
+generated (``generated``: reasoning-gym's procedural problems, offline, seeded,
+:mod:`workflows.eval.training_problems`, near duplicates of an evaluation question
+dropped); a user's JSONL is checked against the evaluation files in the data folder
+and refused if any question is one of theirs or a near duplicate of one.
 
 Collection is append-only and resumable: run the same command again and the
 finished problems are skipped; a problem that was in flight is collected again
@@ -44,12 +45,13 @@ from orchestrator.run import ReasoningError
 from orchestrator.steps import StepRules
 from routers.base import RoutingExample
 from workflows.eval.rundir import git_hash, hardware, versions
-from workflows.eval.datasets import DATASETS, DatasetError, Problem, find_data_dir, load_dataset
+from workflows.eval.datasets import DATASETS, DatasetError, Problem, load_dataset
+from workflows.eval.training_problems import generated_problems, near_duplicates
 from workflows.eval.graders import get_grader
 
 logger = logging.getLogger(__name__)
 
-GENERATED = {"gsm-symbolic": "gsm_symbolic"}  # stepspec name -> reasoning-gym generator
+GENERATED = "generated"
 
 
 class CollectError(ValueError):
@@ -61,8 +63,8 @@ class CollectSpec(RunSettings):
     problems, the judge that rates both candidates, and the models, budget and delimiter
     (:class:`orchestrator.config.RunSettings`)."""
 
-    source: str = Field("gsm-symbolic", description="gsm-symbolic (generated, offline) or a JSONL file of your own "
-                        "(never an evaluation set).")
+    source: str = Field(GENERATED, description="generated (reasoning-gym's problems, offline; near duplicates of "
+                        "an evaluation question dropped) or a JSONL file of your own (never an evaluation set).")
     num_problems: int = Field(200, ge=1, description="Training problems to collect.")
     seed: int = Field(0, description="Seed of the generated problems.")
     question_field: str | None = Field(None, description="JSONL: field holding the question.")
@@ -94,42 +96,29 @@ class CollectFiles:
         return self.directory / "problems.jsonl"
 
 
-def _normalize(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
 def training_problems(spec: CollectSpec) -> list[Problem]:
-    """The spec's training problems; never an evaluation set's."""
-    if spec.source in GENERATED:
-        try:
-            import reasoning_gym
-        except ImportError as e:
-            raise CollectError("generated problems need the reasoning-gym package: pip install "
-                               "'reasoning-gym==0.1.25' (stepspec's bootstrap installs it)") from e
-        data = reasoning_gym.create_dataset(GENERATED[spec.source], size=spec.num_problems, seed=spec.seed)
-        return [Problem(spec.source, i, entry["question"], str(entry["answer"])) for i, entry in enumerate(data)]
+    """The spec's training problems; never an evaluation set's, nor a near duplicate of one."""
+    if spec.source == GENERATED:
+        drawn = generated_problems(spec.num_problems + spec.num_problems // 4 + 8, spec.seed)
+        dropped = {hit.training for hit in near_duplicates([p.question for p in drawn], spec.data_dir)}
+        return [p for p in drawn if p.index not in dropped][:spec.num_problems]
+    if spec.source == "gsm-symbolic":
+        raise CollectError("gsm-symbolic's templates are GSM8K test problems with new names and numbers: a router "
+                           "trained on them is scored on what it saw. Use --source generated")
     if spec.source in DATASETS:
         raise CollectError(f"'{spec.source}' is an evaluation set: training a router on it would leak into the "
-                           "benchmark. Use --source gsm-symbolic (generated) or a JSONL file of your own")
+                           "benchmark. Use --source generated or a JSONL file of your own")
     try:
         dataset = load_dataset(spec.source, spec.data_dir, question_field=spec.question_field,
                                answer_field=spec.answer_field, grader="numeric")
     except DatasetError as e:
         raise CollectError(str(e)) from e
     problems = list(dataset.problems[:spec.num_problems])
-    evaluation = set()
-    try:
-        data_dir = find_data_dir(spec.data_dir)
-    except DatasetError:
-        data_dir = None  # no evaluation files on this machine: nothing to leak into
-    for name, ds in DATASETS.items():
-        if data_dir is not None and (data_dir / ds.file).is_file():
-            evaluation |= {_normalize(p.question) for p in load_dataset(name, data_dir).problems}
-    leaked = [p.index for p in problems if _normalize(p.question) in evaluation]
+    leaked = sorted({hit.training for hit in near_duplicates([p.question for p in problems], spec.data_dir)})
     if leaked:
         raise CollectError(f"{spec.source}: {len(leaked)} questions (lines {', '.join(str(i + 1) for i in leaked[:5])}"
-                           f"{', ...' if len(leaked) > 5 else ''}) are in the evaluation sets of {data_dir}; "
-                           "remove them: a router trained on them would be scored on what it saw")
+                           f"{', ...' if len(leaked) > 5 else ''}) are in the evaluation sets or near duplicates of "
+                           "their questions; remove them: a router trained on them would be scored on what it saw")
     return problems
 
 

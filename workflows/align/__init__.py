@@ -1,0 +1,77 @@
+"""``stepspec draft align``: a draft aligned to its target, in four resumable stages.
+
+1. *problems*: generated, never from a benchmark (:mod:`workflows.align.data`);
+2. *solutions*: the target's own greedy solutions, the right ones kept;
+3. *training*: LoRA on the draft, loss on the solution tokens (:mod:`workflows.align.train`);
+4. *merge*: the adapter merged into a model usable by name (:mod:`workflows.align.merge`).
+
+Every stage writes into one work folder and a run of the same command continues where the
+last one stopped; ``align.json`` holds the settings (a resumed run must match them) and a
+line per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from common.files import atomic_write_json
+from engine.protocol import Engine
+from workflows.align.data import Progress, make_problems, quiet, write_solutions
+from workflows.align.merge import export, merge
+from workflows.align.spec import AlignError, AlignFiles, AlignSpec
+from workflows.align.train import train
+from workflows.eval.rundir import git_hash, hardware
+
+STAGES = ("problems", "solutions", "train", "merge")
+
+
+def _open(spec: AlignSpec, files: AlignFiles) -> dict[str, Any]:
+    info: dict[str, Any] = {"config": spec.model_dump(mode="json"), "sessions": []}
+    if files.config.is_file():
+        info = json.loads(files.config.read_text())
+        try:
+            saved = AlignSpec.model_validate(info["config"])
+        except (KeyError, ValidationError) as e:
+            raise AlignError(f"{files.config}: its settings cannot be read back ({e})") from e
+        if saved != spec:
+            diff = ", ".join(f"{k}: {v!r} there, {getattr(spec, k)!r} now"
+                             for k, v in saved.model_dump().items() if getattr(spec, k) != v)
+            raise AlignError(f"{files.directory} holds an alignment with other settings ({diff}); use the same "
+                             "options to continue it, or another --output-dir")
+    files.directory.mkdir(parents=True, exist_ok=True)
+    return info
+
+
+def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "merge",
+          export_to: str | Path | None = None, engines: tuple[Engine, Engine | None] | None = None,
+          on_progress: Progress = quiet) -> dict[str, Any]:
+    """Run (or continue) the stages up to ``until``; returns what each finished stage made."""
+    if until not in STAGES:
+        raise AlignError(f"unknown stage '{until}'; choose one of {', '.join(STAGES)}")
+    files = AlignFiles(Path(out_dir))
+    info = _open(spec, files)
+    session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "until": until,
+               "git_hash": git_hash(), "hardware": hardware()}
+    info["sessions"].append(session)
+    atomic_write_json(files.config, info)
+    out: dict[str, Any] = {"directory": str(files.directory)}
+    problems = make_problems(spec, files)
+    out["problems"] = len(problems)
+    if until != "problems":
+        out["solutions"] = asyncio.run(write_solutions(spec, files, problems, engines=engines,
+                                                       on_progress=on_progress))
+    if until in ("train", "merge"):
+        out["evaluation"] = train(spec, files, on_progress=on_progress)
+    if until == "merge":
+        out["model"] = str(merge(spec, files, command))
+        if export_to is not None:
+            out["exported"] = export(files, Path(export_to))
+    session["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    atomic_write_json(files.config, info)
+    return out

@@ -1,0 +1,134 @@
+"""Stages 1 and 2 of an alignment: the problems, and the target's solutions to them.
+
+*Problems* (``problems.jsonl``): generated (:mod:`workflows.eval.training_problems`), a
+quarter more than asked, near duplicates of any evaluation question dropped, the first
+``num_problems`` kept. Written once; a resumed run reads them back.
+
+*Solutions* (``solutions.jsonl``, one line per problem as it finishes): the target alone
+writes a greedy step-by-step solution to each, many at once, in the prompt every strategy
+uses; the line records whether its ``\\boxed{}`` answer is right. Only right ones are
+trained on. A resumed run solves only the problems without a line. ``manifest.json``
+counts them, with the seed, the models and the settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Callable
+
+from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl
+from engine.protocol import Engine
+from orchestrator.reasoner import Reasoner, check_reasoner
+from workflows.align.spec import AlignError, AlignFiles, AlignSpec
+from workflows.eval.datasets import Problem
+from workflows.eval.graders import get_grader
+from workflows.eval.rundir import git_hash, hardware, versions
+from workflows.eval.training_problems import generated_problems, near_duplicates
+
+# Hears a stage's progress: (stage, done, total).
+Progress = Callable[[str, int, int], None]
+
+
+def quiet(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def _records(path, what: str) -> list[dict[str, Any]]:
+    try:
+        return list(read_jsonl(path, lambda r: dict(r, id=int(r["id"])), repair=True).records)
+    except JsonlError as e:
+        raise AlignError(f"{e.path}:{e.lineno}: malformed {what} line ({e.cause}); remove it to resume") from e
+
+
+def make_problems(spec: AlignSpec, files: AlignFiles) -> list[Problem]:
+    """The run's training problems (generated once, then read back)."""
+    if files.problems.is_file():
+        return [Problem(r["source"], r["id"], r["question"], r["answer"]) for r in _records(files.problems, "problem")]
+    drawn = generated_problems(spec.num_problems + spec.num_problems // 4 + 8, spec.seed, spec.generators)
+    dropped = {hit.training for hit in near_duplicates([p.question for p in drawn], spec.data_dir)}
+    kept = [p for p in drawn if p.index not in dropped][:spec.num_problems]
+    if len(kept) < spec.num_problems:
+        raise AlignError(f"only {len(kept)} of {spec.num_problems} generated problems are not near duplicates of an "
+                         "evaluation question; choose other --generators or fewer --num-problems")
+    files.directory.mkdir(parents=True, exist_ok=True)
+    tmp = files.problems.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps({"id": n, "source": p.dataset, "question": p.question, "answer": p.reference})
+                           + "\n" for n, p in enumerate(kept)))
+    tmp.replace(files.problems)
+    atomic_write_json(files / "problems.json", {"drawn": len(drawn), "near_duplicates_dropped": len(dropped),
+                                                "kept": len(kept), "seed": spec.seed, "generators": spec.generators})
+    return [Problem(p.dataset, n, p.question, p.reference) for n, p in enumerate(kept)]
+
+
+async def write_solutions(spec: AlignSpec, files: AlignFiles, problems: list[Problem], *,
+                          engines: tuple[Engine, Engine | None] | None = None,
+                          on_progress: Progress = quiet) -> dict[str, Any]:
+    """Solve the problems without a solution line; returns the manifest."""
+    done = {r["id"] for r in _records(files.solutions, "solution")}
+    todo = [p for p in problems if p.index not in done]
+    grader = get_grader("numeric")
+    on_progress("solutions", len(done), len(problems))
+    if todo:
+        config = spec.reasoner_config()
+        check_reasoner(config)
+        reasoner = Reasoner.from_config(config, engines=engines)
+        gate, t0 = asyncio.Semaphore(spec.concurrency), time.perf_counter()
+
+        async def one(p: Problem) -> None:
+            async with gate:
+                solution = await reasoner.asolve(p.question)
+            trace = solution.trace
+            (grade,) = grader.grade(trace.text, p.reference).values()
+            append_jsonl(files.solutions, {
+                "id": p.index, "source": p.dataset, "question": p.question, "answer": p.reference,
+                "text": trace.text, "extracted": grade.extracted, "correct": grade.correct,
+                "num_tokens": trace.num_tokens, "stop_reason": trace.stop_reason, "seconds": trace.seconds})
+            done.add(p.index)
+            on_progress("solutions", len(done), len(problems))
+
+        try:
+            await asyncio.gather(*(one(p) for p in todo))
+        finally:
+            await reasoner.aclose()
+        seconds = time.perf_counter() - t0
+    else:
+        seconds = 0.0
+    return write_manifest(spec, files, seconds)
+
+
+def write_manifest(spec: AlignSpec, files: AlignFiles, seconds: float) -> dict[str, Any]:
+    records = _records(files.solutions, "solution")
+    old = json.loads(files.manifest.read_text()) if files.manifest.is_file() else {}
+    by_source: dict[str, list[int]] = {}
+    for r in records:
+        by_source.setdefault(r["source"], [0, 0])
+        by_source[r["source"]][0] += 1
+        by_source[r["source"]][1] += bool(r["correct"])
+    manifest = {
+        "num_problems": spec.num_problems, "num_solved": len(records),
+        "num_correct": sum(1 for r in records if r["correct"]),
+        "num_tokens_correct": sum(r["num_tokens"] for r in records if r["correct"]),
+        "by_generator": {k: {"solved": v[0], "correct": v[1]} for k, v in sorted(by_source.items())},
+        "seed": spec.seed, "target": spec.target, "draft": spec.draft, "target_spec": spec.target_spec,
+        "target_dtype": spec.target_dtype, "max_tokens": spec.max_tokens,
+        "seconds": old.get("seconds", 0.0) + seconds,
+        "versions": versions(), "git_hash": git_hash(), "hardware": hardware(),
+    }
+    atomic_write_json(files.manifest, manifest)
+    return manifest
+
+
+def training_split(files: AlignFiles, held_out: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, held out): the right solutions, split by problem, seeded."""
+    import random
+
+    right = sorted((r for r in _records(files.solutions, "solution") if r["correct"]), key=lambda r: r["id"])
+    if len(right) < 4:
+        raise AlignError(f"{files.solutions}: only {len(right)} right solutions; solve more problems "
+                         "(--num-problems) before training")
+    order = list(right)
+    random.Random(seed).shuffle(order)
+    k = max(1, round(held_out * len(order)))
+    return order[k:], order[:k]
