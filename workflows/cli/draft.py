@@ -11,9 +11,9 @@ from typing import Optional
 import typer
 
 from workflows.align.spec import AlignSpec
-from workflows.cli.app import (DELIMITER, DRAFT, KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS,
-                               TARGET, TARGET_DTYPE, VERBOSE, _fields, _opt, _setup_logging, app, console,
-                               err_console)
+from workflows.cli.common import (DELIMITER, DRAFT, KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS,
+                                  TARGET, TARGET_DTYPE, VERBOSE, app, console, err_console, fields, opt,
+                                  setup_logging)
 
 draft_app = typer.Typer(help="Make a draft model fit its target.", no_args_is_help=True)
 app.add_typer(draft_app, name="draft")
@@ -42,33 +42,33 @@ def _progress():
 def draft_align(
     target: str = TARGET,
     draft: str = DRAFT,
-    name: Optional[str] = _opt(AlignSpec, "name"),
-    num_problems: int = _opt(AlignSpec, "num_problems"),
-    seed: int = _opt(AlignSpec, "seed"),
+    name: Optional[str] = opt(AlignSpec, "name"),
+    num_problems: int = opt(AlignSpec, "num_problems"),
+    seed: int = opt(AlignSpec, "seed"),
     generators: str = typer.Option(",".join(AlignSpec.model_fields["generators"].default),
                                    help=AlignSpec.model_fields["generators"].description + " Comma-separated."),
-    data_dir: Optional[str] = _opt(AlignSpec, "data_dir"),
-    target_spec: str = _opt(AlignSpec, "target_spec"),
+    data_dir: Optional[str] = opt(AlignSpec, "data_dir"),
+    target_spec: str = opt(AlignSpec, "target_spec"),
     target_dtype: str = TARGET_DTYPE,
-    max_tokens: int = _opt(AlignSpec, "max_tokens"),
+    max_tokens: int = opt(AlignSpec, "max_tokens"),
     max_step_tokens: int = MAX_STEP_TOKENS,
     max_steps: int = MAX_STEPS,
     delimiter: str = DELIMITER,
     kv_cache_gib: float = KV_CACHE_GIB,
     max_model_len: int = MAX_MODEL_LEN,
-    concurrency: int = _opt(AlignSpec, "concurrency"),
-    held_out: float = _opt(AlignSpec, "held_out"),
-    lora_rank: int = _opt(AlignSpec, "lora_rank"),
-    lora_alpha: int = _opt(AlignSpec, "lora_alpha"),
-    lora_dropout: float = _opt(AlignSpec, "lora_dropout"),
+    concurrency: int = opt(AlignSpec, "concurrency"),
+    held_out: float = opt(AlignSpec, "held_out"),
+    lora_rank: int = opt(AlignSpec, "lora_rank"),
+    lora_alpha: int = opt(AlignSpec, "lora_alpha"),
+    lora_dropout: float = opt(AlignSpec, "lora_dropout"),
     lora_modules: str = typer.Option(",".join(AlignSpec.model_fields["lora_modules"].default),
                                      help=AlignSpec.model_fields["lora_modules"].description + " Comma-separated."),
-    epochs: float = _opt(AlignSpec, "epochs"),
-    learning_rate: float = _opt(AlignSpec, "learning_rate"),
-    batch_tokens: int = _opt(AlignSpec, "batch_tokens"),
-    max_length: int = _opt(AlignSpec, "max_length"),
-    train_dtype: str = _opt(AlignSpec, "train_dtype"),
-    checkpoint_every: int = _opt(AlignSpec, "checkpoint_every"),
+    epochs: float = opt(AlignSpec, "epochs"),
+    learning_rate: float = opt(AlignSpec, "learning_rate"),
+    batch_tokens: int = opt(AlignSpec, "batch_tokens"),
+    max_length: int = opt(AlignSpec, "max_length"),
+    train_dtype: str = opt(AlignSpec, "train_dtype"),
+    checkpoint_every: int = opt(AlignSpec, "checkpoint_every"),
     until: str = typer.Option("merge", help="Stop after this stage: problems, solutions, train, merge."),
     export: Optional[str] = typer.Option(None, help="Also copy the adapter and its card to this folder (an "
                                          "AdapterPreset's, to ship it without training)."),
@@ -90,11 +90,11 @@ def draft_align(
 
     Run the same command again to continue an interrupted run.
     """
-    _setup_logging(verbose)
+    setup_logging(verbose)
     flags = dict(locals())
     flags["generators"] = [g.strip() for g in generators.split(",") if g.strip()]
     flags["lora_modules"] = [m.strip() for m in lora_modules.split(",") if m.strip()]
-    spec = AlignSpec(**_fields(AlignSpec, flags))
+    spec = AlignSpec(**fields(AlignSpec, flags))
     from workflows.align import align
 
     bars, on_progress = _progress()
