@@ -141,15 +141,7 @@ ROUTER_ARMS = --strategies target-only,arbitrage,sr-lik,sr-lik-loose --router $(
 	--opt sr-lik.strategy=specreason --opt sr-lik.judge=likelihood \
 	--opt sr-lik-loose.strategy=specreason --opt sr-lik-loose.judge=likelihood \
 	--opt sr-lik-loose.judge.floor=-8 --opt sr-lik-loose.judge.math_max_rank=none
-bench-# The bundled draft aligned to the bundled target (`stepspec draft align`; resumable: run it
-# again to continue). The work folder is committed as the record (solutions, manifest, held-out
-# evaluation, model card; not the checkpoints), the adapter goes to engine/adapters/, where the
-# qwen2.5-coder-0.5b-aligned preset ships it: `make setup` merges it without training.
-ALIGN_DIR ?= benchmarks/measured/align_qwen2.5-coder-0.5b_cpu
-align: setup
-	$(VENV)/bin/stepspec draft align --output-dir $(ALIGN_DIR) --export engine/adapters/qwen2.5-coder-0.5b-aligned
-
-router: setup
+bench-router: setup
 	$(call bench_run,$(ROUTER_DIR),$(BENCH_COMMON) $(ROUTER_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
