@@ -179,7 +179,7 @@ def train(spec: AlignSpec, files: AlignFiles, *, on_progress: Progress = quiet,
         for ex in plan[step]:
             loss, _, k = _loss_and_hits(model, ex, device)
             (loss * k / tokens).backward()  # the batch's mean over its solution tokens
-            step_loss += float(loss) * k / tokens
+            step_loss += float(loss.detach()) * k / tokens
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
