@@ -32,19 +32,20 @@ def reasoner(delay: float = 0.0, **kwargs):
 
 
 @contextmanager
-def serving(reasoners, **settings):
-    """The app on a free port of 127.0.0.1, in a thread; yields its base URL."""
+def serving(reasoners, start_timeout: float = 30, close=None, **settings):
+    """The app on a free port of 127.0.0.1, in a thread; yields its base URL once it serves
+    (real engines start before it does: give them ``start_timeout``)."""
     import uvicorn
 
     from workflows.serve.app import build_app
     from workflows.serve.settings import ServeSettings
 
     port = free_port()
-    app = build_app(reasoners, ServeSettings(port=port, **settings))
+    app = build_app(reasoners, ServeSettings(port=port, **settings), close=close)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_timeout
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.02)
@@ -52,7 +53,7 @@ def serving(reasoners, **settings):
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=120)
 
 
 def client(url: str, key: str = "none"):
@@ -224,7 +225,11 @@ def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine
     # the tiny models write byte soup in which "ge" occurs: steps end there or at 8 tokens
     served = Reasoner(target, draft, strategy="specreason", rules=StepRules(delimiter="ge"), backoff=False,
                       budget=Budget(max_steps=6, max_tokens=48, max_step_tokens=8, max_cut_steps=None))
-    with serving({"stepspec": served}, max_concurrency=64) as url:
+    async def close():  # the engines are the test's: the server stops them at its shutdown
+        await target.close()
+        await draft.close()
+
+    with serving({"stepspec": served}, start_timeout=600, close=close, max_concurrency=64) as url:
         sdk = client(url)
         warm = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
         assert warm.choices[0].finish_reason in ("stop", "length")

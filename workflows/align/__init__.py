@@ -16,7 +16,7 @@ import asyncio
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
@@ -50,8 +50,11 @@ def _open(spec: AlignSpec, files: AlignFiles) -> dict[str, Any]:
 
 def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "merge",
           export_to: str | Path | None = None, engines: tuple[Engine, Engine | None] | None = None,
-          on_progress: Progress = quiet) -> dict[str, Any]:
-    """Run (or continue) the stages up to ``until``; returns what each finished stage made."""
+          on_progress: Progress = quiet, run_async: Callable[[Callable[[], Awaitable[Any]]], Any] | None = None
+          ) -> dict[str, Any]:
+    """Run (or continue) the stages up to ``until``; returns what each finished stage made.
+    ``run_async(make)`` runs the solutions stage's coroutine (the command line's cancels it
+    on Ctrl-C or SIGTERM, so the engines stop with it)."""
     if until not in STAGES:
         raise AlignError(f"unknown stage '{until}'; choose one of {', '.join(STAGES)}")
     files = AlignFiles(Path(out_dir))
@@ -64,8 +67,9 @@ def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "m
     problems = make_problems(spec, files)
     out["problems"] = len(problems)
     if until != "problems":
-        out["solutions"] = asyncio.run(write_solutions(spec, files, problems, engines=engines,
-                                                       on_progress=on_progress))
+        run_async = run_async or (lambda make: asyncio.run(make()))
+        out["solutions"] = run_async(lambda: write_solutions(spec, files, problems, engines=engines,
+                                                             on_progress=on_progress))
     if until in ("train", "merge"):
         out["evaluation"] = train(spec, files, on_progress=on_progress)
     if until == "merge":

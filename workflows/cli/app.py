@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from typing import Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -38,9 +38,8 @@ from workflows.cli.common import (API_KEY_ENV, DELIMITER, DRAFT, DRAFT_DTYPE, DR
                                   KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS, MAX_TOKENS,
                                   NUM_SPECULATIVE_TOKENS, ROUTER, SESSION_HEADER, STRATEGY, TARGET, TARGET_DTYPE,
                                   TARGET_SPEC, TARGET_URL, TIMEOUT, VERBOSE, app, console, err_console, fields,
-                                  opt, setup_logging)
+                                  opt, run_cancellable, setup_logging)
 
-T = TypeVar("T")
 
 models_app = typer.Typer(help="Model presets and the bundled model pair.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -581,7 +580,7 @@ def bench(
     try:
         with bar:
             # the results file is marked "interrupted" before the engines stop
-            results = _run_cancellable(lambda: run_bench(spec, run_dir, resume=bool(resume), progress=live,
+            results = run_cancellable(lambda: run_bench(spec, run_dir, resume=bool(resume), progress=live,
                                                                   modes=session_modes))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
@@ -609,22 +608,6 @@ def bench_headline(readme: str = typer.Argument("README.md", help="The file whos
 
     changed = update_headline(readme)
     console.print(f"{readme}: headline table {'rebuilt' if changed else 'already current'}")
-
-
-def _run_cancellable(make: Callable[[], Awaitable[T]]) -> T:
-    """``asyncio.run(make())``, where Ctrl-C or ``kill`` (SIGTERM) cancels the task: its
-    ``finally`` blocks save what is done and stop the engines (vLLM's engine process
-    included), then asyncio.CancelledError is raised."""
-    import asyncio
-    import signal
-
-    async def cancellable() -> T:
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
-        return await make()
-
-    return asyncio.run(cancellable())
 
 
 router_app = typer.Typer(help="The learned router (Arbitrage): collect steps, train, inspect.", no_args_is_help=True)
@@ -674,7 +657,7 @@ def router_collect(
                       f"{record['num_target_won']:3d}  {record['seconds']:6.1f} s", highlight=False)
 
     try:
-        result = _run_cancellable(lambda: collect(spec_, output_dir, concurrency=concurrency, overlap=overlap,
+        result = run_cancellable(lambda: collect(spec_, output_dir, concurrency=concurrency, overlap=overlap,
                                                   on_problem=show))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]: every collected step is saved; run the same command again "
@@ -704,7 +687,7 @@ def router_verify(
         console.print(f"[dim]verified {done} of {total} steps[/]", highlight=False)
 
     try:
-        result = _run_cancellable(lambda: verify_collection(data_dir, judge_options=_parse_opts(judge_opt),
+        result = run_cancellable(lambda: verify_collection(data_dir, judge_options=_parse_opts(judge_opt),
                                                             batch_size=batch_size, on_batch=show))
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]: every verdict so far is saved; run the same command again "
@@ -973,7 +956,7 @@ def run_workflow(
             await run.close()
 
     try:
-        record = _run_cancellable(main)
+        record = run_cancellable(main)
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]", highlight=False)
         resume_hint()

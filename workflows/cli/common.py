@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -20,6 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+T = TypeVar("T")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -95,3 +96,19 @@ def setup_logging(verbose: int) -> None:
     # stepspec's own INFO lines reach the console at -vv only (the run log has them always)
     handler.setLevel(logging.INFO if verbosity > 1 else logging.WARNING)
     logging.basicConfig(level=logging.INFO if verbosity > 1 else logging.WARNING, handlers=[handler], force=True)
+
+
+def run_cancellable(make: Callable[[], Awaitable[T]]) -> T:
+    """``asyncio.run(make())``, where Ctrl-C or ``kill`` (SIGTERM) cancels the task: its
+    ``finally`` blocks save what is done and stop the engines (vLLM's engine process
+    included), then asyncio.CancelledError is raised."""
+    import asyncio
+    import signal
+
+    async def cancellable() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        return await make()
+
+    return asyncio.run(cancellable())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import sys
@@ -13,7 +14,7 @@ import typer
 from workflows.align.spec import AlignSpec
 from workflows.cli.common import (DELIMITER, DRAFT, KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS,
                                   TARGET, TARGET_DTYPE, VERBOSE, app, console, err_console, fields, opt,
-                                  setup_logging)
+                                  run_cancellable, setup_logging)
 
 draft_app = typer.Typer(help="Make a draft model fit its target.", no_args_is_help=True)
 app.add_typer(draft_app, name="draft")
@@ -103,8 +104,8 @@ def draft_align(
     try:
         with bars:
             result = align(spec, output_dir, command=command, until=until, export_to=export,
-                           on_progress=on_progress)
-    except KeyboardInterrupt:
+                           on_progress=on_progress, run_async=run_cancellable)
+    except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]: every finished solution and the last checkpoint are saved; "
                           "run the same command again to continue", highlight=False)
         raise typer.Exit(130) from None
