@@ -90,3 +90,24 @@ def read_jsonl(path: str | os.PathLike, parse: Callable[[Any], T] = lambda x: x,
                 atomic_write_text(path, "".join(f"{x}\n" for x in lines[:lineno - 1] if x.strip()))
             return JsonlRead(records, torn_line=lineno)
     return JsonlRead(records)
+
+
+def resume_record(path: str | os.PathLike, settings: Any, *, error: type[Exception], what: str,
+                  fix: str = "use the same options to continue it, or another --output-dir") -> dict[str, Any]:
+    """The record of a resumable run (``{"config": settings, "sessions": [...]}``) at ``path``:
+    a new one, or the one there when it holds the same ``settings`` (a pydantic model); else
+    ``error`` naming each setting that differs (``what``: the run, as the message calls it)."""
+    record: dict[str, Any] = {"config": settings.model_dump(mode="json"), "sessions": []}
+    path = Path(path)
+    if not path.is_file():
+        return record
+    record = json.loads(path.read_text())
+    try:
+        saved = type(settings).model_validate(record["config"])
+    except (KeyError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        raise error(f"{path}: its settings cannot be read back ({e})") from e
+    if saved != settings:
+        diff = ", ".join(f"{k}: {v!r} there, {getattr(settings, k)!r} now"
+                         for k, v in saved.model_dump().items() if getattr(settings, k) != v)
+        raise error(f"{path.parent} holds {what} with other settings ({diff}); {fix}")
+    return record

@@ -463,7 +463,7 @@ def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_
     saved = json.loads((tmp / "out" / "collect.json").read_text())
     assert len(saved["sessions"]) == 2 and saved["sessions"][0]["num_examples"] == lines
 
-    with pytest.raises(CollectError, match="another config.*max_tokens"):
+    with pytest.raises(CollectError, match="holds a collection with other settings.*max_tokens"):
         asyncio.run(collect(spec.model_copy(update={"max_tokens": 30}), tmp / "out"))
 
 

@@ -62,6 +62,20 @@ def client(url: str, key: str = "none"):
     return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
 
 
+def run_32_streams(one, timeout: float, record_property) -> None:
+    """32 streams at once (``one(i, http)`` each): the first 5 hang up ("gone"), the others
+    end ("done"); their p50/p99 latencies are recorded as test properties."""
+    async def load():
+        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=64)) as http:
+            return await asyncio.gather(*(one(i, http) for i in range(32)))
+
+    results = asyncio.run(load())
+    assert [r for r, _ in results] == ["gone"] * 5 + ["done"] * 27
+    latencies = sorted(t for r, t in results if r == "done")
+    record_property("p50_s", statistics.median(latencies))
+    record_property("p99_s", latencies[int(0.99 * (len(latencies) - 1))])
+
+
 def test_the_openai_sdk_gets_the_steps_as_reasoning_and_the_answer_as_content_streamed_or_not():
     with serving({"stepspec": reasoner()}) as url:
         sdk = client(url)
@@ -189,15 +203,7 @@ def test_32_concurrent_streams_complete_and_5_that_disconnect_cancel_their_engin
             assert text == REASONING + ANSWER
             return "done", time.perf_counter() - t0
 
-        async def load():
-            async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as http:
-                return await asyncio.gather(*(one(i, http) for i in range(32)))
-
-        results = asyncio.run(load())
-        assert [r for r, _ in results] == ["gone"] * 5 + ["done"] * 27
-        latencies = sorted(t for r, t in results if r == "done")
-        record_property("p50_s", statistics.median(latencies))
-        record_property("p99_s", latencies[int(0.99 * (len(latencies) - 1))])
+        run_32_streams(one, 60, record_property)
         deadline = time.monotonic() + 10
         while served.target.running or served.draft.running:
             assert time.monotonic() < deadline, "the disconnected traces' engine requests are still running"
@@ -251,15 +257,7 @@ def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine
                                                   for e in events[:-1])
             return "done", time.perf_counter() - t0
 
-        async def load():
-            async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=64)) as http:
-                return await asyncio.gather(*(one(i, http) for i in range(32)))
-
-        results = asyncio.run(load())
-        assert [r for r, _ in results] == ["gone"] * 5 + ["done"] * 27
-        latencies = sorted(t for r, t in results if r == "done")
-        record_property("p50_s", statistics.median(latencies))
-        record_property("p99_s", latencies[int(0.99 * (len(latencies) - 1))])
+        run_32_streams(one, 600, record_property)
         deadline = time.monotonic() + 5
         while target.num_unfinished_requests() or draft.num_unfinished_requests():
             assert time.monotonic() < deadline, "a hung-up trace's engine requests are still running in vLLM"

@@ -13,14 +13,11 @@ line per session.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from pydantic import ValidationError
-
-from common.files import atomic_write_json
+from common.files import atomic_write_json, resume_record
 from engine.protocol import Engine
 from workflows.align.data import Progress, make_problems, quiet, write_solutions
 from workflows.align.merge import export, merge
@@ -29,23 +26,6 @@ from workflows.align.train import train
 from workflows.eval.rundir import git_hash, hardware
 
 STAGES = ("problems", "solutions", "train", "merge")
-
-
-def _open(spec: AlignSpec, files: AlignFiles) -> dict[str, Any]:
-    info: dict[str, Any] = {"config": spec.model_dump(mode="json"), "sessions": []}
-    if files.config.is_file():
-        info = json.loads(files.config.read_text())
-        try:
-            saved = AlignSpec.model_validate(info["config"])
-        except (KeyError, ValidationError) as e:
-            raise AlignError(f"{files.config}: its settings cannot be read back ({e})") from e
-        if saved != spec:
-            diff = ", ".join(f"{k}: {v!r} there, {getattr(spec, k)!r} now"
-                             for k, v in saved.model_dump().items() if getattr(spec, k) != v)
-            raise AlignError(f"{files.directory} holds an alignment with other settings ({diff}); use the same "
-                             "options to continue it, or another --output-dir")
-    files.directory.mkdir(parents=True, exist_ok=True)
-    return info
 
 
 def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "merge",
@@ -58,7 +38,8 @@ def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "m
     if until not in STAGES:
         raise AlignError(f"unknown stage '{until}'; choose one of {', '.join(STAGES)}")
     files = AlignFiles(Path(out_dir))
-    info = _open(spec, files)
+    info = resume_record(files.config, spec, error=AlignError, what="an alignment")
+    files.directory.mkdir(parents=True, exist_ok=True)
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "until": until,
                "git_hash": git_hash(), "hardware": hardware()}
     info["sessions"].append(session)

@@ -31,9 +31,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl
+from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl, resume_record
 from engine.exclusive import TurnTaking
 from engine.protocol import Engine
 from engine.config import build_engines
@@ -142,17 +142,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
     if concurrency < 1:
         raise CollectError(f"concurrency must be >= 1, got {concurrency}")
     files = CollectFiles(Path(out_dir))
-    info: dict[str, Any] = {"config": spec.model_dump(mode="json"), "sessions": []}
-    if files.config.is_file():
-        info = json.loads(files.config.read_text())
-        try:
-            saved = CollectSpec.model_validate(info["config"])
-        except (KeyError, ValidationError) as e:
-            raise CollectError(f"{files.config}: its config cannot be read back ({e})") from e
-        if saved != spec:
-            diff = {k: (v, getattr(spec, k)) for k, v in saved.model_dump().items() if getattr(spec, k) != v}
-            raise CollectError(f"{out_dir} holds a collection with another config ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
-                               "use the same options to continue it, or another --output-dir")
+    info = resume_record(files.config, spec, error=CollectError, what="a collection")
     config = spec.reasoner_config()
     check_reasoner(config)  # the judge, its options and the models, before any model is prepared
     problems = training_problems(spec)
