@@ -18,14 +18,14 @@ import json
 import time
 from typing import Any, Callable
 
-from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl
+from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl, write_jsonl
 from engine.protocol import Engine
 from orchestrator.reasoner import Reasoner, check_reasoner
 from workflows.align.spec import AlignError, AlignFiles, AlignSpec
 from workflows.eval.datasets import Problem
 from workflows.eval.graders import get_grader
 from workflows.eval.rundir import git_hash, hardware, versions
-from workflows.eval.training_problems import generated_problems, near_duplicates
+from workflows.eval.training_problems import uncontaminated_problems
 
 # Hears a stage's progress: (stage, done, total).
 Progress = Callable[[str, int, int], None]
@@ -46,18 +46,15 @@ def make_problems(spec: AlignSpec, files: AlignFiles) -> list[Problem]:
     """The run's training problems (generated once, then read back)."""
     if files.problems.is_file():
         return [Problem(r["source"], r["id"], r["question"], r["answer"]) for r in _records(files.problems, "problem")]
-    drawn = generated_problems(spec.num_problems + spec.num_problems // 4 + 8, spec.seed, spec.generators)
-    dropped = {hit.training for hit in near_duplicates([p.question for p in drawn], spec.data_dir)}
-    kept = [p for p in drawn if p.index not in dropped][:spec.num_problems]
+    drawn = uncontaminated_problems(spec.num_problems, spec.seed, spec.generators, spec.data_dir)
+    kept = drawn.problems
     if len(kept) < spec.num_problems:
         raise AlignError(f"only {len(kept)} of {spec.num_problems} generated problems are not near duplicates of an "
                          "evaluation question; choose other --generators or fewer --num-problems")
     files.directory.mkdir(parents=True, exist_ok=True)
-    tmp = files.problems.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps({"id": n, "source": p.dataset, "question": p.question, "answer": p.reference})
-                           + "\n" for n, p in enumerate(kept)))
-    tmp.replace(files.problems)
-    atomic_write_json(files / "problems.json", {"drawn": len(drawn), "near_duplicates_dropped": len(dropped),
+    write_jsonl(files.problems, ({"id": n, "source": p.dataset, "question": p.question, "answer": p.reference}
+                                 for n, p in enumerate(kept)))
+    atomic_write_json(files / "problems.json", {"drawn": drawn.num_drawn, "near_duplicates_dropped": drawn.num_dropped,
                                                 "kept": len(kept), "seed": spec.seed, "generators": spec.generators})
     return [Problem(p.dataset, n, p.question, p.reference) for n, p in enumerate(kept)]
 

@@ -138,6 +138,24 @@ def near_duplicates(questions: Sequence[str], data_dir: str | Path | None = None
     return found
 
 
+@dataclass(frozen=True)
+class Drawn:
+    problems: list[Problem]  # the first ``num`` not near any evaluation question
+    num_drawn: int
+    num_dropped: int  # near duplicates among the drawn
+
+
+def uncontaminated_problems(num: int, seed: int, generators: Sequence[str] = DEFAULT_GENERATORS,
+                            data_dir: str | Path | None = None) -> Drawn:
+    """``num`` generated problems, none a near duplicate of an evaluation question: a quarter
+    more are drawn, the near duplicates dropped, the first ``num`` of the rest kept (fewer
+    if too many were dropped)."""
+    drawn = generated_problems(num + num // 4 + 8, seed, generators)
+    dropped = {hit.training for hit in near_duplicates([p.question for p in drawn], data_dir)}
+    kept = [p for p in drawn if p.index not in dropped][:num]
+    return Drawn(kept, len(drawn), len(dropped))
+
+
 def check_uncontaminated(problems: Sequence[Problem], data_dir: str | Path | None = None) -> None:
     """Raise if any training problem is a near duplicate of an evaluation question."""
     if hits := near_duplicates([p.question for p in problems], data_dir):

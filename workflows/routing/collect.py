@@ -46,7 +46,7 @@ from orchestrator.steps import StepRules
 from routers.base import RoutingExample
 from workflows.eval.rundir import git_hash, hardware, versions
 from workflows.eval.datasets import DATASETS, DatasetError, Problem, load_dataset
-from workflows.eval.training_problems import generated_problems, near_duplicates
+from workflows.eval.training_problems import near_duplicates, uncontaminated_problems
 from workflows.eval.graders import get_grader
 
 logger = logging.getLogger(__name__)
@@ -99,9 +99,7 @@ class CollectFiles:
 def training_problems(spec: CollectSpec) -> list[Problem]:
     """The spec's training problems; never an evaluation set's, nor a near duplicate of one."""
     if spec.source == GENERATED:
-        drawn = generated_problems(spec.num_problems + spec.num_problems // 4 + 8, spec.seed)
-        dropped = {hit.training for hit in near_duplicates([p.question for p in drawn], spec.data_dir)}
-        return [p for p in drawn if p.index not in dropped][:spec.num_problems]
+        return uncontaminated_problems(spec.num_problems, spec.seed, data_dir=spec.data_dir).problems
     if spec.source == "gsm-symbolic":
         raise CollectError("gsm-symbolic's templates are GSM8K test problems with new names and numbers: a router "
                            "trained on them is scored on what it saw. Use --source generated")
