@@ -50,6 +50,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from common.files import JsonlError, read_jsonl
 from routers.base import RouterError, RoutingExample, VerifiedStep
 from routers.features import FeatureSet, featurize
@@ -252,71 +254,111 @@ class TrainReport:
     curve: list[CurvePoint] = field(default_factory=list)
 
 
-def train_router(examples: Sequence[RoutingExample], *, label: Label | str = Label.VERIFIER, margin: float = 0.5,
-                 held_out: float = 0.25, seed: int = 0, hidden: int = 0, epochs: int = 400, embedding: bool = True,
-                 target_budget: float | None = None, match_specreason: bool = False,
-                 specreason_threshold: float = 7.0, tau: float | None = None,
-                 source: str | None = None) -> TrainReport:
-    """Fit, measure on held-out problems, choose tau; returns the router and its numbers."""
-    try:
-        label = Label(label)
-    except ValueError:
-        raise RouterError(f"unknown label '{label}'; one of {', '.join(x.value for x in Label)}") from None
-    usable = labelled(examples, label)
-    num_unlabelled = len(examples) - len(usable)
-    if not usable:
-        fix = ("verify them first: `stepspec router verify DATA_DIR`" if label is Label.VERIFIER
-               else "collect them with a rating judge (score)")
-        raise RouterError(f"none of the {len(examples)} steps carries the '{label}' label's data; {fix}")
-    goals = sum([target_budget is not None, match_specreason, tau is not None])
-    if goals > 1 or (goals == 0 and label is Label.ADVANTAGE):
-        raise RouterError("give exactly one way to set tau: a target-call budget, match specreason, or tau itself")
-    if match_specreason and label is not Label.ADVANTAGE:
-        raise RouterError("match specreason compares the judge's ratings: train with label 'advantage', or give "
-                          "the verifier label a target-call budget")
-    train, test = split_by_problem(usable, held_out, seed)
-    y_train, y_test = labels(train, label, margin), labels(test, label, margin)
+class TrainSettings(BaseModel):
+    """How a router is trained and its tau chosen (``stepspec router train``'s flags)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: Label = Field(Label.VERIFIER, description="What the router predicts: 'verifier' (the target's likelihood "
+                         "verifier cut the drafted step; run `stepspec router verify` first) or 'advantage' (the "
+                         "judge rated the target's step better by more than --margin).")
+    margin: float = Field(0.5, description="Label 'advantage': the target's step is better by more than this rating.")
+    held_out: float = Field(0.25, description="Share of the problems held out for metrics and tau.")
+    seed: int = Field(0, description="Seed of the split and the weights.")
+    hidden: int = Field(0, description="0: logistic regression; N: an MLP with N hidden units.")
+    epochs: int = Field(400, description="Full-batch training epochs.")
+    embedding: bool = Field(True, description="Use the step's MiniLM embedding as features.")
+    target_budget: float | None = Field(None, description="Goal: at most this share of steps to the target (label "
+                                        "'verifier' default: the verifier's cut share).")
+    match_specreason: bool = Field(False, description="Goal (label 'advantage', its default): specreason's step "
+                                   "rating with the fewest target tokens.")
+    specreason_threshold: float = Field(7.0, description="The specreason threshold to match.")
+    tau: float | None = Field(None, description="Use this tau instead of choosing one.")
+
+
+def train_router(examples: Sequence[RoutingExample], settings: TrainSettings | None = None, *,
+                 source: str | None = None, **options: Any) -> TrainReport:
+    """Fit, measure on held-out problems, choose tau; returns the router and its numbers.
+    ``settings``, or its fields as keywords (``label="advantage", epochs=300``)."""
+    if settings is not None and options:
+        raise TypeError("give the settings or their fields as keywords, not both")
+    s = settings or _settings(options)
+    usable = labelled(examples, s.label)
+    _check_goal(s, usable, len(examples))
+    train, test = split_by_problem(usable, s.held_out, s.seed)
+    y_train, y_test = labels(train, s.label, s.margin), labels(test, s.label, s.margin)
     if len(set(y_train)) < 2:
+        advantage = s.label is Label.ADVANTAGE
         raise RouterError(f"the training steps hold one class only ({sum(y_train)} of {len(y_train)} labelled "
-                          f"positive by '{label}'{f' at margin {margin}' if label is Label.ADVANTAGE else ''}); "
-                          "collect more steps" + (" or lower the margin" if label is Label.ADVANTAGE else ""))
-    feature_set = FeatureSet(embedding=embedding)
-    net, mean, std = fit(featurize([ex.state for ex in train], feature_set), y_train, hidden=hidden,
-                         epochs=epochs, seed=seed)
-    router = LearnedRouter(net, mean, std, feature_set, tau=0.5, hidden=hidden)
+                          f"positive by '{s.label}'{f' at margin {s.margin}' if advantage else ''}); "
+                          "collect more steps" + (" or lower the margin" if advantage else ""))
+    feature_set = FeatureSet(embedding=s.embedding)
+    net, mean, std = fit(featurize([ex.state for ex in train], feature_set), y_train, hidden=s.hidden,
+                         epochs=s.epochs, seed=s.seed)
+    router = LearnedRouter(net, mean, std, feature_set, tau=0.5, hidden=s.hidden)
     p_test = [float(v) for v in router.predict_features(featurize([ex.state for ex in test], feature_set))]
     p_train = [float(v) for v in router.predict_features(featurize([ex.state for ex in train], feature_set))]
     curve = routing_curve(p_test, test)
-    refs = reference_points(test, specreason_threshold)
-    if tau is not None:
-        chosen, met = routing_point([x >= tau for x in p_test], test, tau), True
-        goal: dict[str, Any] = {"tau": tau}
-    elif match_specreason:
-        chosen, met = choose_tau(curve, min_quality=refs["specreason"].mean_quality)
-        goal = {"match_specreason": True, "specreason_threshold": specreason_threshold}
-    else:
-        goal = {"target_budget": target_budget}
-        if target_budget is None:  # as many target calls as specreason-likelihood makes on the training steps
-            target_budget = sum(y_train) / len(y_train)
-            goal = {"target_budget": target_budget, "from": "the verifier's cut share of the training steps"}
-        chosen, met = choose_tau(curve, target_budget=target_budget)
+    refs = reference_points(test, s.specreason_threshold)
+    chosen, met, goal = _choose_tau(s, curve, refs, p_test, test, y_train)
     router.tau = min(1.0, chosen.tau)
-    metrics: dict[str, Any] = {
-        "source": source, "label": label.value, "num_examples": len(examples), "num_unlabelled": num_unlabelled,
-        "num_problems": len({ex.problem_id for ex in usable}),
+    router.metadata = {
+        "source": source, "label": s.label.value, "num_examples": len(examples),
+        "num_unlabelled": len(examples) - len(usable), "num_problems": len({ex.problem_id for ex in usable}),
         "num_train": len(train), "num_held_out": len(test),
         "num_train_problems": len({ex.problem_id for ex in train}),
         "num_held_out_problems": len({ex.problem_id for ex in test}),
-        "margin": margin if label is Label.ADVANTAGE else None, "positive_share_train": sum(y_train) / len(y_train),
+        "margin": s.margin if s.label is Label.ADVANTAGE else None,
+        "positive_share_train": sum(y_train) / len(y_train),
         "positive_share_held_out": sum(y_test) / len(y_test) if y_test else None,
         "auc_train": roc_auc(y_train, p_train), "auc_held_out": roc_auc(y_test, p_test),
-        "hidden": hidden, "epochs": epochs, "seed": seed, "embedding": embedding,
+        "hidden": s.hidden, "epochs": s.epochs, "seed": s.seed, "embedding": s.embedding,
         "goal": goal, "goal_met": met, "tau": router.tau,
         "held_out_at_tau": _point(chosen),
         "held_out_references": {k: _point(v) for k, v in refs.items()},
     }
-    router.metadata = metrics
-    return TrainReport(router, metrics, curve)
+    return TrainReport(router, router.metadata, curve)
+
+
+def _settings(options: dict[str, Any]) -> TrainSettings:
+    """The settings from keywords; an unknown label named with the known ones."""
+    label = options.get("label", Label.VERIFIER)
+    try:
+        options = {**options, "label": Label(label)}
+    except ValueError:
+        raise RouterError(f"unknown label '{label}'; one of {', '.join(x.value for x in Label)}") from None
+    return TrainSettings(**options)
+
+
+def _check_goal(s: TrainSettings, usable: Sequence[RoutingExample], num_examples: int) -> None:
+    """Steps with the label's data, and exactly one way to set tau that fits the label."""
+    if not usable:
+        fix = ("verify them first: `stepspec router verify DATA_DIR`" if s.label is Label.VERIFIER
+               else "collect them with a rating judge (score)")
+        raise RouterError(f"none of the {num_examples} steps carries the '{s.label}' label's data; {fix}")
+    goals = sum([s.target_budget is not None, s.match_specreason, s.tau is not None])
+    if goals > 1 or (goals == 0 and s.label is Label.ADVANTAGE):
+        raise RouterError("give exactly one way to set tau: a target-call budget, match specreason, or tau itself")
+    if s.match_specreason and s.label is not Label.ADVANTAGE:
+        raise RouterError("match specreason compares the judge's ratings: train with label 'advantage', or give "
+                          "the verifier label a target-call budget")
+
+
+def _choose_tau(s: TrainSettings, curve: list[CurvePoint], refs: dict[str, CurvePoint], p_test: list[float],
+                test: Sequence[RoutingExample], y_train: list[int]) -> tuple[CurvePoint, bool, dict[str, Any]]:
+    """The held-out point at the chosen tau, whether it meets the goal, and the goal."""
+    if s.tau is not None:
+        return routing_point([x >= s.tau for x in p_test], test, s.tau), True, {"tau": s.tau}
+    if s.match_specreason:
+        chosen, met = choose_tau(curve, min_quality=refs["specreason"].mean_quality)
+        return chosen, met, {"match_specreason": True, "specreason_threshold": s.specreason_threshold}
+    goal: dict[str, Any] = {"target_budget": s.target_budget}
+    budget = s.target_budget
+    if budget is None:  # as many target calls as specreason-likelihood makes on the training steps
+        budget = sum(y_train) / len(y_train)
+        goal = {"target_budget": budget, "from": "the verifier's cut share of the training steps"}
+    chosen, met = choose_tau(curve, target_budget=budget)
+    return chosen, met, goal
 
 
 def _point(c: CurvePoint) -> dict[str, float | None]:

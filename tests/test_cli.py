@@ -126,24 +126,24 @@ def test_a_cut_steps_mark_stays_on_one_line_in_a_narrow_terminal(monkeypatch):
     from rich.console import Console
 
     from orchestrator.trace import StepRecord
-    from workflows.cli import app as cli
+    from workflows.cli import solve as cli
 
     narrow = Console(width=40, force_terminal=False, color_system=None, record=True)
     monkeypatch.setattr(cli, "console", narrow)
     cut = {"offset": 3, "token": " alternatively", "target_logprob": -6.25, "draft_logprob": -0.4, "rank": 120,
            "rule": "floor", "target_token_id": 7, "kept_text": "She ate"}
-    cli._print_step(StepRecord(index=0, author="target", text="She ate 3 eggs.", draft_text="She ate alternatively",
+    cli.print_step(StepRecord(index=0, author="target", text="She ate 3 eggs.", draft_text="She ate alternatively",
                                accepted=False, judge="likelihood", num_kept_tokens=3, cut=cut))
-    cli._print_step(StepRecord(index=1, author="draft", text="16 - 3 = 13", accepted=True, score=9.0))
+    cli.print_step(StepRecord(index=1, author="draft", text="16 - 3 = 13", accepted=True, score=9.0))
     lines = narrow.export_text().splitlines()
     assert "→ target" in lines[0] and lines[0].startswith("[ 0] ✂ draft cut at token 3 ' alternatively'")
     assert sum("✓ draft" in line for line in lines) == 1
 
 
 def test_bench_opt_values_none_and_null_switch_an_option_off():
-    from workflows.cli.app import _strategy_options
+    from workflows.cli.bench import strategy_options
 
-    opts = _strategy_options(["sr"], None, None, None, None,
+    opts = strategy_options(["sr"], None, None, None, None,
                              ["sr.strategy=specreason", "sr.judge=likelihood", "sr.judge.floor=none",
                               "sr.judge.math_max_rank=null", "sr.judge.contrast=None", "sr.judge.max_rank=1",
                               "sr.judge.tolerance=2", "sr.backoff=false"])

@@ -4,15 +4,20 @@ own and register on :data:`app`; :mod:`workflows.cli.app` loads them all."""
 
 from __future__ import annotations
 
+import enum
+import functools
+import inspect
+import json
 import logging
 import os
-from typing import Any, Awaitable, Callable, TypeVar
+import types
+from typing import Any, Awaitable, Callable, Iterable, Literal, Optional, TypeVar, Union, get_args, get_origin
 
 import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-from orchestrator.config import ReasonerConfig, RunSettings
+from orchestrator.config import ReasonerConfig
 
 app = typer.Typer(
     help="stepspec: reasoning-level speculative orchestration over vLLM.",
@@ -49,36 +54,123 @@ def unescape(text: str) -> str:
     return text.encode("utf-8").decode("unicode_escape")
 
 
-def fields(model: type[BaseModel], flags: dict[str, Any]) -> dict[str, Any]:
-    """The flags named like ``model``'s fields (the delimiter unescaped)."""
-    picked = {k: v for k, v in flags.items() if k in model.model_fields}
-    if "delimiter" in picked:
-        picked["delimiter"] = unescape(picked["delimiter"])
-    return picked
+def parse_opts(pairs: list[str], flag: str = "--judge-opt") -> dict:
+    """``key=value`` pairs (a repeatable flag) as a dict; a value is JSON where it parses, else a string."""
+    opts = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} wants key=value, got {pair!r} (e.g. {flag} key=0.8)")
+        try:
+            opts[key] = json.loads(value)
+        except json.JSONDecodeError:
+            opts[key] = value
+    return opts
 
 
-# The options solve, bench and router collect share: defaults and help from their declarations.
+# How a field's flag is worded where its name and description alone do not say it (any model's field).
+_WORDING: dict[str, dict[str, Any]] = {
+    "target_spec": {"flags": ("--spec",)},
+    "delimiter": {"show": escape, "more": "Escapes allowed (\\n)."},
+    "target_url": {"more": "--target is then the model name it serves."},
+    "draft_url": {"more": "--draft is then the model name it serves."},
+}
+
+
+def _is_optional(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _inner(annotation: Any) -> Any:
+    return [a for a in get_args(annotation) if a is not type(None)][0] if _is_optional(annotation) else annotation
+
+
+def _flag_type(annotation: Any) -> Any:
+    """The type typer parses a field's flag as: a Literal or a tuple of names is a string (the
+    model checks it; a tuple or list is given comma-separated); optional stays optional."""
+    if _is_optional(annotation):
+        return Optional[_flag_type(_inner(annotation))]
+    if get_origin(annotation) in (Literal, tuple, list):
+        return str
+    if annotation in (str, int, float, bool) or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        return annotation
+    raise TypeError(f"a field of type {annotation} has no flag; declare it in the command")
+
+
+def _is_list(model: type[BaseModel], name: str) -> bool:
+    return get_origin(_inner(model.model_fields[name].annotation)) in (tuple, list)
+
+
+def flag(model: type[BaseModel], name: str) -> Any:
+    """The typer option of ``model``'s field ``name``: its default, help and wording from the
+    declaration (a tuple field comma-separated)."""
+    wording = _WORDING.get(name, {})
+    if _is_list(model, name):
+        return opt(model, name, *wording.get("flags", ()), show=lambda v: v if v is None else ",".join(v),
+                   more="Comma-separated.")
+    return opt(model, name, *wording.get("flags", ()), show=wording.get("show"), more=wording.get("more", ""))
+
+
+def takes(model: type[BaseModel], into: str, *, skip: Iterable[str] = (), only: Iterable[str] | None = None,
+          rename: dict[str, str] | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Give the decorated command a flag per field of ``model`` (:func:`flag`: declared once, in the
+    model) and hand it their values as a dict in its parameter ``into``, ready for
+    ``model(**values)``: the delimiter unescaped, a comma-separated list a tuple. Fields in
+    ``skip``, outside ``only``, or that the command declares as parameters itself are left out
+    (the command words those). ``rename``: a field's parameter (and flag) name where two models
+    share a field's name (``serve``'s own ``api_key_env``, its engines' ``engine_api_key_env``).
+
+        @takes(RunSettings, "run")
+        def solve(question: str = typer.Argument(...), run: dict = None): settings = RunSettings(**run)
+    """
+    rename = rename or {}
+
+    def wrap(command: Callable[..., T]) -> Callable[..., T]:
+        own = inspect.signature(command, eval_str=True)
+        names = [n for n in (only or model.model_fields) if n not in set(skip) and n not in own.parameters]
+        params = {rename.get(n, n): n for n in names}
+        added = [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=flag(model, n),
+                                   annotation=_flag_type(model.model_fields[n].annotation)) for p, n in params.items()]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> T:
+            values = {n: kwargs.pop(p) for p, n in params.items()}
+            for n, v in values.items():
+                if isinstance(v, str) and _is_list(model, n):
+                    values[n] = tuple(x.strip() for x in v.split(",") if x.strip())
+            if isinstance(values.get("delimiter"), str):
+                values["delimiter"] = unescape(values["delimiter"])
+            return command(**kwargs, **{into: values})
+
+        kept = [p for p in own.parameters.values() if p.name != into]
+        run.__signature__ = own.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in (*kept, *added)}
+        return run
+
+    return wrap
+
+
+def strategy_flag(owner: str, name: str, *flags: str, more: str = "", about: str = "") -> Any:
+    """A flag for an option of strategy ``owner`` (or of the score judge), unset unless given:
+    its help and default are the options model's (``about``: where it has no description)."""
+    from judges.registry import judge_options_model
+    from orchestrator.strategies import STRATEGIES
+
+    model = judge_options_model("score") if owner == "score judge" else STRATEGIES[owner].options_model
+    field = model.model_fields[name]
+    default = ", ".join(field.default) if isinstance(field.default, tuple) else field.default
+    return typer.Option(None, *flags,
+                        help=f"{owner}: {field.description or about} (default {default}). {more}".strip())
+
+
+# The flags solve, bench and serve share that no settings model declares (those: :func:`takes`).
 STRATEGY = opt(ReasonerConfig, "strategy")
 JUDGE = opt(ReasonerConfig, "judge")
 ROUTER = opt(ReasonerConfig, "router")
-TARGET = opt(RunSettings, "target")
-DRAFT = opt(RunSettings, "draft")
-TARGET_SPEC = opt(RunSettings, "target_spec", "--spec")
-DRAFT_SPEC = opt(RunSettings, "draft_spec")
-TARGET_DTYPE = opt(RunSettings, "target_dtype")
-DRAFT_DTYPE = opt(RunSettings, "draft_dtype")
-NUM_SPECULATIVE_TOKENS = opt(RunSettings, "num_speculative_tokens")
-TARGET_URL = opt(RunSettings, "target_url", more="--target is then the model name it serves.")
-DRAFT_URL = opt(RunSettings, "draft_url", more="--draft is then the model name it serves.")
-API_KEY_ENV = opt(RunSettings, "api_key_env")
-SESSION_HEADER = opt(RunSettings, "session_header")
-MAX_TOKENS = opt(RunSettings, "max_tokens")
-MAX_STEP_TOKENS = opt(RunSettings, "max_step_tokens")
-MAX_STEPS = opt(RunSettings, "max_steps")
-TIMEOUT = opt(RunSettings, "timeout")
-DELIMITER = opt(RunSettings, "delimiter", show=escape, more="Escapes allowed (\\n).")
-KV_CACHE_GIB = opt(RunSettings, "kv_cache_gib")
-MAX_MODEL_LEN = opt(RunSettings, "max_model_len")
+JUDGE_OPT = typer.Option([], help="Any judge option, key=value (repeatable).")
+ROUTER_OPT = typer.Option([], help="Any router option, key=value, e.g. tau=0.3 (repeatable).")
+GAMMA = strategy_flag("lookahead", "gamma")
+MAX_GAMMA = strategy_flag("lookahead", "max_gamma", about="upper bound of the adaptive gamma")
 
 
 def setup_logging(verbose: int) -> None:

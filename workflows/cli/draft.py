@@ -7,14 +7,12 @@ import json
 import shlex
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from workflows.align.spec import AlignSpec
-from workflows.cli.common import (DELIMITER, DRAFT, KV_CACHE_GIB, MAX_MODEL_LEN, MAX_STEP_TOKENS, MAX_STEPS,
-                                  TARGET, TARGET_DTYPE, VERBOSE, app, console, err_console, fields, opt,
-                                  run_cancellable, setup_logging)
+from workflows.cli.common import VERBOSE, app, console, err_console, run_cancellable, setup_logging, takes
 
 draft_app = typer.Typer(help="Make a draft model fit its target.", no_args_is_help=True)
 app.add_typer(draft_app, name="draft")
@@ -40,41 +38,15 @@ def _progress():
 
 
 @draft_app.command("align")
+@takes(AlignSpec, "spec", skip=("draft_spec", "draft_dtype", "num_speculative_tokens", "target_url", "draft_url",
+                                "api_key_env", "max_num_seqs", "session_header"))
 def draft_align(
-    target: str = TARGET,
-    draft: str = DRAFT,
-    name: Optional[str] = opt(AlignSpec, "name"),
-    num_problems: int = opt(AlignSpec, "num_problems"),
-    seed: int = opt(AlignSpec, "seed"),
-    generators: str = typer.Option(",".join(AlignSpec.model_fields["generators"].default),
-                                   help=AlignSpec.model_fields["generators"].description + " Comma-separated."),
-    data_dir: Optional[str] = opt(AlignSpec, "data_dir"),
-    target_spec: str = opt(AlignSpec, "target_spec"),
-    target_dtype: str = TARGET_DTYPE,
-    max_tokens: int = opt(AlignSpec, "max_tokens"),
-    max_step_tokens: int = MAX_STEP_TOKENS,
-    max_steps: int = MAX_STEPS,
-    delimiter: str = DELIMITER,
-    kv_cache_gib: float = KV_CACHE_GIB,
-    max_model_len: int = MAX_MODEL_LEN,
-    concurrency: int = opt(AlignSpec, "concurrency"),
-    held_out: float = opt(AlignSpec, "held_out"),
-    lora_rank: int = opt(AlignSpec, "lora_rank"),
-    lora_alpha: int = opt(AlignSpec, "lora_alpha"),
-    lora_dropout: float = opt(AlignSpec, "lora_dropout"),
-    lora_modules: str = typer.Option(",".join(AlignSpec.model_fields["lora_modules"].default),
-                                     help=AlignSpec.model_fields["lora_modules"].description + " Comma-separated."),
-    epochs: float = opt(AlignSpec, "epochs"),
-    learning_rate: float = opt(AlignSpec, "learning_rate"),
-    batch_tokens: int = opt(AlignSpec, "batch_tokens"),
-    max_length: int = opt(AlignSpec, "max_length"),
-    train_dtype: str = opt(AlignSpec, "train_dtype"),
-    checkpoint_every: int = opt(AlignSpec, "checkpoint_every"),
     until: str = typer.Option("merge", help="Stop after this stage: problems, solutions, train, merge."),
     export: Optional[str] = typer.Option(None, help="Also copy the adapter and its card to this folder (an "
                                          "AdapterPreset's, to ship it without training)."),
     output_dir: str = typer.Option("runs/align", help="Work folder (run the same command again to continue)."),
     verbose: int = VERBOSE,
+    spec: dict[str, Any] = None,  # type: ignore[assignment]  # AlignSpec's flags (takes)
 ) -> None:
     """Align a draft to its target in four resumable stages, each with a progress bar and the time left.
 
@@ -92,10 +64,7 @@ def draft_align(
     Run the same command again to continue an interrupted run.
     """
     setup_logging(verbose)
-    flags = dict(locals())
-    flags["generators"] = [g.strip() for g in generators.split(",") if g.strip()]
-    flags["lora_modules"] = [m.strip() for m in lora_modules.split(",") if m.strip()]
-    spec = AlignSpec(**fields(AlignSpec, flags))
+    align_spec = AlignSpec(**spec)
     from workflows.align import align
 
     bars, on_progress = _progress()
@@ -103,7 +72,7 @@ def draft_align(
     t0 = time.perf_counter()
     try:
         with bars:
-            result = align(spec, output_dir, command=command, until=until, export_to=export,
+            result = align(align_spec, output_dir, command=command, until=until, export_to=export,
                            on_progress=on_progress, run_async=run_cancellable)
     except (KeyboardInterrupt, asyncio.CancelledError):
         err_console.print("[bold yellow]interrupted[/]: every finished solution and the last checkpoint are saved; "

@@ -1,0 +1,227 @@
+"""``stepspec bench``: arms side by side on a dataset's problems; ``bench report`` and ``bench headline``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, err_console, opt, parse_opts,
+                                  run_cancellable, setup_logging, strategy_flag, takes)
+from orchestrator.config import RunSettings
+from workflows.eval.bench import BenchSpec
+
+bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 or your JSONL.")
+app.add_typer(bench_app, name="bench")
+
+
+# --opt values that switch an option off (a judge rule: --opt sr.judge.floor=none)
+_NONE_VALUES = ("none", "null")
+
+
+def strategy_options(strategies: list[str], threshold: Optional[float], gamma: Optional[int],
+                      max_gamma: Optional[int], lookahead_judge: Optional[str], opts: list[str],
+                      router: Optional[str] = None) -> dict:
+    """Per-arm Reasoner keywords from the shortcut flags and --opt ARM.KEY=VALUE (KEY
+    ``judge.NAME`` for a judge option, ``router.NAME`` for a router option, ``strategy``
+    for the strategy of an arm whose label is not a strategy name, an engine setting such
+    as ``target_spec`` for the arm's own engine). VALUE is JSON
+    (``7``, ``-8.5``, ``true``), ``none``/``null`` for None, else a string."""
+    options: dict[str, dict] = {}
+    if router is not None:
+        if "arbitrage" not in strategies:
+            raise ValueError("--router drives the 'arbitrage' strategy, which is not in --strategies")
+        options.setdefault("arbitrage", {})["router"] = router
+    if threshold is not None and "specreason" in strategies:
+        options.setdefault("specreason", {}).setdefault("judge_options", {})["threshold"] = threshold
+    for key, value in (("gamma", gamma), ("max_gamma", max_gamma), ("judge", lookahead_judge)):
+        if value is not None and "lookahead" in strategies:
+            options.setdefault("lookahead", {})[key] = value
+    for item in opts:
+        target, sep, value = item.partition("=")
+        strategy, dot, key = target.partition(".")
+        if not sep or not dot or not key:
+            raise ValueError(f"--opt wants STRATEGY.KEY=VALUE, got {item!r} (e.g. --opt specreason.first_target_steps=1)")
+        if strategy not in strategies:
+            raise ValueError(f"--opt {item!r}: strategy '{strategy}' is not in --strategies ({','.join(strategies)})")
+        parsed = None if value.strip().lower() in _NONE_VALUES else parse_opts([f"{key}={value}"])[key]
+        if key == "strategy" and not isinstance(parsed, str):
+            raise ValueError(f"--opt {item!r}: the strategy of an arm is a strategy name")
+        if key.startswith(("judge.", "router.")):
+            kind, _, name = key.partition(".")
+            options.setdefault(strategy, {}).setdefault(f"{kind}_options", {})[name] = parsed
+        else:
+            options.setdefault(strategy, {})[key] = parsed
+    return options
+
+
+_MODES = {"latency": ("latency",), "throughput": ("throughput",), "both": ("throughput", "latency")}
+_MODE_NAMES = {modes: name for name, modes in _MODES.items()}
+
+
+def _bench_modes(mode: str) -> tuple[str, ...]:
+    if mode not in _MODES:
+        raise ValueError(f"--mode is latency, throughput or both; got {mode!r}")
+    return _MODES[mode]
+
+
+class _LiveProgress:
+    """A rich progress bar per arm and mode: problems done, running accuracy and step acceptance."""
+
+    def __init__(self, progress) -> None:
+        self.progress, self.metric = progress, ""
+        self.tasks: dict[str, int] = {}
+        self.seen: dict[str, list[dict]] = {}
+
+    def _describe(self, strategy: str) -> str:
+        rows = self.seen[strategy]
+        if not rows:
+            return f"{strategy:<28}"
+        acc = sum(r["correct"][self.metric] for r in rows) / len(rows)
+        drafted = sum(r["stats"]["num_drafted_steps"] for r in rows)
+        accepted = sum(r["stats"]["num_accepted_steps"] for r in rows)
+        steps = f"  steps accepted {accepted / drafted:.0%}" if drafted else ""
+        return f"{strategy:<28} acc {acc:.0%}{steps}"
+
+    def start(self, strategies, num_problems, done, metric) -> None:
+        self.metric = metric
+        for s in strategies:
+            self.seen[s] = list(done[s])
+            self.tasks[s] = self.progress.add_task(self._describe(s), total=num_problems, completed=len(done[s]))
+
+    def sample(self, record) -> None:
+        from workflows.eval.bench import progress_key
+
+        s = progress_key(record["strategy"], record.get("mode", "latency"))
+        self.seen[s].append(record)
+        self.progress.update(self.tasks[s], advance=1, description=self._describe(s))
+        mark = "ok " if record["correct"][self.metric] else "bad"
+        self.progress.console.print(
+            f"[dim]#{record['doc_id']:<5}[/] {s:<28} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
+            f"{record['seconds']:6.1f} s  {record['stats']['num_tokens']:5d} tok", highlight=False)
+
+
+def _print_results(results: dict, run_dir: str) -> None:
+    from workflows.eval.report import comparison_table, table
+
+    name = os.path.basename(results["config"]["dataset"])
+    shown = console if console.is_terminal else Console(width=200)  # a log file gets the whole table
+    if results.get("results"):
+        header, rows = table(results["results"], results["run"]["metrics"])
+        out = Table(*header, title=f"{name} (latency): {results['status']}")
+        for row in rows:
+            out.add_row(*row)
+        shown.print(out)
+    header, rows = comparison_table(results)
+    if rows:
+        out = Table(*header, title=f"{name}: arms compared, {results['status']}")
+        for row in rows:
+            out.add_row(*row)
+        shown.print(out)
+    console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
+    if results["status"] == "incomplete":  # this session ran some of the run's modes
+        console.print(f"the run's other mode waits: `stepspec bench --resume {run_dir}`", highlight=False)
+
+
+def _on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave this parameter (not its default). Typer bundles its own click,
+    whose ParameterSource enum it does not export: its member's name is compared."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+@bench_app.callback(invoke_without_command=True)
+@takes(BenchSpec, "spec", skip=("strategy_options", "modes", "session_header"))
+def bench(
+    ctx: typer.Context,
+    mode: str = opt(BenchSpec, "modes", "--mode", show=lambda modes: _MODE_NAMES[modes]),
+    threshold: Optional[float] = strategy_flag("score judge", "threshold", more="For the specreason arm."),
+    gamma: Optional[int] = GAMMA,
+    max_gamma: Optional[int] = MAX_GAMMA,
+    lookahead_judge: Optional[str] = typer.Option(None, help="lookahead: judge (default cascade)."),
+    router: Optional[str] = ROUTER,
+    opt: list[str] = typer.Option([], help="Any strategy option, STRATEGY.KEY=VALUE; judge and router options as "
+                                   "STRATEGY.judge.KEY=VALUE, STRATEGY.router.KEY=VALUE; an arm's strategy as "
+                                   "LABEL.strategy=NAME; VALUE none switches an option off (repeatable)."),
+    max_num_seqs: int = opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
+                             "problems (in-process engines; a server batches as it was started)."),
+    output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
+    resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used; "
+                                         "--mode runs only that of its modes in this session)."),
+    progress: bool = typer.Option(True, help="Show the live progress bar."),
+    verbose: int = VERBOSE,
+    spec: dict[str, Any] = None,  # type: ignore[assignment]  # BenchSpec's flags (takes)
+) -> None:
+    """Run arms (strategies, or one strategy under several labels and options) side by side
+    on the same problems, engines and hardware, in latency and/or throughput mode; write
+    results_*.json, samples_*.jsonl and report.md. `stepspec bench report RUN_DIR` rebuilds the report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from workflows.eval.bench import run_bench
+
+    setup_logging(verbose)
+    session_modes = None
+    if resume:
+        run_dir, bench_spec = resume, _resumed(ctx, resume)
+        if _on_command_line(ctx, "mode"):
+            session_modes = _bench_modes(mode)
+    else:
+        options = strategy_options(list(spec["strategies"]), threshold, gamma, max_gamma, lookahead_judge, opt, router)
+        bench_spec = BenchSpec(**spec, max_num_seqs=max_num_seqs, modes=_bench_modes(mode), strategy_options=options)
+        bench_spec.check()  # a bad arm or model fails here, before the progress bar starts
+        run_dir = output_dir or os.path.join("runs", f"{os.path.basename(bench_spec.dataset).removesuffix('.jsonl')}-"
+                                             f"{time.strftime('%Y%m%d-%H%M%S')}")
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, disable=not progress)
+    live = _LiveProgress(bar)
+    try:
+        with bar:
+            # the results file is marked "interrupted" before the engines stop
+            results = run_cancellable(lambda: run_bench(bench_spec, run_dir, resume=bool(resume), progress=live,
+                                                        modes=session_modes))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
+                          f"`stepspec bench --resume {run_dir}`", highlight=False)
+        raise typer.Exit(130) from None
+    _print_results(results, run_dir)
+
+
+def _resumed(ctx: typer.Context, resume: str) -> BenchSpec:
+    """A stand-in spec for a resumed run (the run's saved config replaces it); a flag that would
+    change that config is an error, not ignored."""
+    given = sorted(p.opts[0] for p in ctx.command.params if p.name not in ("resume", "mode", "progress", "verbose")
+                   and _on_command_line(ctx, p.name))
+    if given:
+        raise ValueError(f"--resume {resume} runs with the run's saved config; {', '.join(given)} would change "
+                         "it: drop them, or start a new run in another --output-dir (--mode may pick which of "
+                         "the run's modes this session runs)")
+    return BenchSpec()
+
+
+@bench_app.command("report")
+def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds results_*.json).")) -> None:
+    """Rebuild report.md and the plots of a run from its files, and print its tables."""
+    from workflows.eval.report import recompute, write_report
+
+    path = write_report(run_dir)
+    results, _, _ = recompute(run_dir)
+    _print_results(results, run_dir)
+    console.print(f"report: {path}")
+
+
+@bench_app.command("headline")
+def bench_headline(readme: str = typer.Argument("README.md", help="The file whose headline block to rebuild.")) -> None:
+    """Rebuild the headline results table in README.md (between '<!-- headline: RUN_DIR ... -->' and
+    '<!-- /headline -->') from the committed runs it names."""
+    from workflows.eval.report import update_headline
+
+    changed = update_headline(readme)
+    console.print(f"{readme}: headline table {'rebuilt' if changed else 'already current'}")
