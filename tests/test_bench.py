@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.eval.bench import BenchError, BenchSpec, read_samples, run_bench
+from workflows.eval.bench import BenchSpec
+from workflows.eval.bench_run import run_bench
+from workflows.eval.rundir import BenchError, read_samples
 from workflows.eval.report import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
                                    profile_table, share_of_ceiling, summarize, summarize_run, table, wave_table)
 
@@ -312,7 +314,7 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
 
 
 def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkeypatch):
-    import workflows.eval.bench as bench
+    import workflows.eval.bench_run as bench
 
     monkeypatch.setattr(bench, "build_engines", lambda *a, **k: pytest.fail("a model was loaded"))
     data = write_problems(tmp_path / "add.jsonl", 2)
@@ -333,7 +335,7 @@ def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkey
 
 
 def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_time(tmp_path, monkeypatch):
-    import workflows.eval.bench as bench
+    import workflows.eval.bench_run as bench
 
     target, draft = slow_engines()
     built = {}

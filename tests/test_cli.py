@@ -171,7 +171,7 @@ def _bench_config(args, monkeypatch):
     """The run's spec and each arm's checked reasoner, as `stepspec bench ARGS` would save them."""
     from typer.testing import CliRunner
 
-    import workflows.eval.bench as bench
+    import workflows.eval.bench_run as bench
     from workflows.cli.app import app
 
     built = {}
@@ -253,7 +253,7 @@ def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypat
 def test_bench_resume_takes_mode_and_refuses_flags_that_would_change_the_run(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import workflows.eval.bench as bench
+    import workflows.eval.bench_run as bench
     from workflows.cli.app import app
 
     handed = []

@@ -400,7 +400,9 @@ class _Compare:
 
 def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
     from test_bench import engines, write_problems
-    from workflows.eval.bench import BenchSpec, read_samples, run_bench
+    from workflows.eval.bench import BenchSpec
+    from workflows.eval.bench_run import run_bench
+    from workflows.eval.rundir import read_samples
 
     data = write_problems(tmp_path / "p.jsonl", n=4)
     spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",

@@ -518,7 +518,8 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
 
 def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path):
     from test_bench import engines, write_problems
-    from workflows.eval.bench import BenchSpec, run_bench
+    from workflows.eval.bench import BenchSpec
+    from workflows.eval.bench_run import run_bench
 
     data = write_problems(tmp_path / "p.jsonl", n=3)
     spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
