@@ -14,8 +14,9 @@ from fake_engine import ScriptedEngine
 from workflows.eval.bench import BenchSpec
 from workflows.eval.bench_run import run_bench
 from workflows.eval.rundir import BenchError, read_samples
-from workflows.eval.report import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
-                                   profile_table, share_of_ceiling, summarize, summarize_run, table, wave_table)
+from workflows.eval.report import profile_table, table, wave_table
+from workflows.eval.summary import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
+                                    share_of_ceiling, summarize, summarize_run)
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
 

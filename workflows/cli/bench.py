@@ -94,7 +94,7 @@ class _LiveProgress:
             self.tasks[s] = self.progress.add_task(self._describe(s), total=num_problems, completed=len(done[s]))
 
     def sample(self, record) -> None:
-        from workflows.eval.bench import progress_key
+        from workflows.eval.bench_run import progress_key
 
         s = progress_key(record["strategy"], record.get("mode", "latency"))
         self.seen[s].append(record)
@@ -165,7 +165,7 @@ def bench(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from workflows.eval.bench import run_bench
+    from workflows.eval.bench_run import run_bench
 
     setup_logging(verbose)
     session_modes = None
@@ -209,7 +209,8 @@ def _resumed(ctx: typer.Context, resume: str) -> BenchSpec:
 @bench_app.command("report")
 def bench_report(run_dir: str = typer.Argument(..., help="A run directory (holds results_*.json).")) -> None:
     """Rebuild report.md and the plots of a run from its files, and print its tables."""
-    from workflows.eval.report import recompute, write_report
+    from workflows.eval.report import write_report
+    from workflows.eval.summary import recompute
 
     path = write_report(run_dir)
     results, _, _ = recompute(run_dir)

@@ -27,7 +27,8 @@ from orchestrator.trace import Trace
 from workflows.eval.bench import BASELINE, BenchSpec, Mode
 from workflows.eval.datasets import Problem, load_dataset, select
 from workflows.eval.graders import Grader, get_grader
-from workflows.eval.report import summarize_run, write_report
+from workflows.eval.report import write_report
+from workflows.eval.summary import summarize_run
 from workflows.eval.rundir import BenchError, RunFiles, find_results, git_hash, hardware, read_samples, versions
 
 logger = logging.getLogger(__name__)
