@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from engine.dtype import choose_dtype, cpu_info  # noqa: E402
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
 from engine.speculation import speculative_config  # noqa: E402
-from engine.vllm_backend import ld_preload_with_intel_openmp  # noqa: E402
+from engine.vllm_runtime import ld_preload_with_intel_openmp  # noqa: E402
 from orchestrator.prompts import reasoning_messages  # noqa: E402
 from orchestrator.strategies import STRATEGIES  # noqa: E402
 from workflows.eval.datasets import load_dataset  # noqa: E402

@@ -40,7 +40,7 @@ def start_vllm_server(model_path: str | Path, port: int, log: Path, *, served_na
                       args: Sequence[str] = ()) -> subprocess.Popen:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` (float32, eager,
     two CPU threads, Intel OpenMP), its output appended to ``log``; not yet healthy."""
-    from engine.vllm_backend import ld_preload_with_intel_openmp
+    from engine.vllm_runtime import ld_preload_with_intel_openmp
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1", VLLM_CPU_OMP_THREADS_BIND="0-1")
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):  # the OpenMP stepspec's engines run with

@@ -32,7 +32,7 @@ def test_vllms_processes_run_intel_openmp_and_the_callers_environment_is_kept(ba
     while vLLM spawns them), without a Makefile; the caller's LD_PRELOAD is left as it was."""
     import psutil
 
-    from engine.vllm_backend import INTEL_OPENMP, is_cpu_build
+    from engine.vllm_runtime import INTEL_OPENMP, is_cpu_build
 
     if not is_cpu_build():
         pytest.skip("the CUDA build's processes keep their own OpenMP")

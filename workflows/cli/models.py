@@ -65,7 +65,7 @@ def models_prepare(
 def _print_dtype(name: str, path: Path) -> None:
     """What ``dtype=auto`` computes a model in on this machine, and why (a CPU's first time: the timed probe)."""
     from engine.dtype import choose_dtype
-    from engine.vllm_backend import is_cpu_build
+    from engine.vllm_runtime import is_cpu_build
 
     choice = choose_dtype("auto", str(path), cpu=is_cpu_build())
     console.print(f"{name}: dtype auto -> {choice.dtype} ({choice.reason})")

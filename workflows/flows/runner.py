@@ -258,13 +258,8 @@ class WorkflowRun:
         error: list[str] = []  # why the run stopped before its nodes ran
 
         def snapshot(status: RunStatus) -> dict[str, Any]:
-            outputs: dict[str, Any] = {}
-            for out, ref in g.outputs.items():
-                deps = {r for r, _ in references(ref) if r in records}
-                outputs[out] = self._fill(ref, values, records) if all(records[d].status == NodeStatus.DONE
-                                                                       for d in deps) else None
             record = {"workflow": str(self.w.path), "workflow_digest": digest, "status": status,
-                      "inputs": values, "outputs": outputs,
+                      "inputs": values, "outputs": self._outputs(values, records),
                       "nodes": {n: asdict(r) for n, r in records.items()}, "seconds": time.perf_counter() - t0,
                       "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
             if resume is not None:
@@ -288,20 +283,12 @@ class WorkflowRun:
             if failed:
                 rec.status, rec.error = NodeStatus.SKIPPED, f"depends on {', '.join(sorted(failed))}, which did not finish"
             else:
-                rec.status = NodeStatus.RUNNING
-                started = time.perf_counter()
-
                 def item_done(index: int, item: NodeRecord) -> None:
                     snapshot(RunStatus.RUNNING)
                     if on_item is not None:
                         on_item(name, index, item)
 
-                try:
-                    await self._run_node(node, rec, values, records, item_done=item_done)
-                    rec.status = NodeStatus.DONE
-                except Exception as e:  # the node failed: recorded, and its dependants skip
-                    rec.status, rec.error = NodeStatus.FAILED, f"{type(e).__name__}: {e}"
-                rec.seconds = time.perf_counter() - started
+                await self._timed_node(node, rec, values, records, item_done)
             done[name].set()
             snapshot(RunStatus.RUNNING)
             if on_node is not None:
@@ -321,6 +308,27 @@ class WorkflowRun:
             raise
         return snapshot(RunStatus.COMPLETE if all(r.status == NodeStatus.DONE for r in records.values())
                         else RunStatus.FAILED)
+
+    def _outputs(self, values: dict[str, Any], records: dict[str, NodeRecord]) -> dict[str, Any]:
+        """The workflow's outputs: each filled in once every node it names is done, else None."""
+        outputs: dict[str, Any] = {}
+        for out, ref in self.w.spec.workflow.outputs.items():
+            deps = {r for r, _ in references(ref) if r in records}
+            outputs[out] = self._fill(ref, values, records) if all(records[d].status == NodeStatus.DONE
+                                                                   for d in deps) else None
+        return outputs
+
+    async def _timed_node(self, node: Any, rec: NodeRecord, values: dict[str, Any], records: dict[str, NodeRecord],
+                          item_done: Callable[[int, NodeRecord], None]) -> None:
+        """Run a node into its record: done, or failed with the error (its dependants then skip); its seconds."""
+        rec.status = NodeStatus.RUNNING
+        started = time.perf_counter()
+        try:
+            await self._run_node(node, rec, values, records, item_done=item_done)
+            rec.status = NodeStatus.DONE
+        except Exception as e:  # the node failed: recorded, and its dependants skip
+            rec.status, rec.error = NodeStatus.FAILED, f"{type(e).__name__}: {e}"
+        rec.seconds = time.perf_counter() - started
 
     def _fill(self, text: Any, inputs: dict[str, Any], records: dict[str, NodeRecord], item: Any = None) -> Any:
         """``text`` with its ${...} references replaced (a whole-string reference keeps its type)."""

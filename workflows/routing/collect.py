@@ -161,17 +161,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
     save()
     if not todo:
         return summary(files)
-    if engines is None:
-        built = build_engines({"target": config.target, "draft": config.draft},
-                              names={"target": spec.target, "draft": spec.draft})
-        target, draft = built["target"], built["draft"]
-        owned = [target, draft]
-    else:
-        (target, draft), owned = engines, []
-    turns = None
-    if not overlap:
-        turns = TurnTaking()
-        target, draft = turns.wrap(target), turns.wrap(draft)
+    target, draft, owned, turns = _engines(spec, config, engines, overlap)
     judge = make_judge(spec.judge, engine=target,
                        **({"step_delimiter": spec.delimiter} if spec.judge == "score" else {}), **spec.judge_options)
     gate = asyncio.Semaphore(concurrency)
@@ -214,6 +204,23 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
         for engine in owned:
             await engine.close()
     return summary(files)
+
+
+def _engines(spec: CollectSpec, config: Any, engines: tuple[Engine, Engine] | None, overlap: bool):
+    """(target, draft, the engines to close, their turn-taking or None): built from the spec
+    unless given; taking turns unless ``overlap``."""
+    if engines is None:
+        built = build_engines({"target": config.target, "draft": config.draft},
+                              names={"target": spec.target, "draft": spec.draft})
+        target, draft = built["target"], built["draft"]
+        owned = [target, draft]
+    else:
+        (target, draft), owned = engines, []
+    turns = None
+    if not overlap:
+        turns = TurnTaking()
+        target, draft = turns.wrap(target), turns.wrap(draft)
+    return target, draft, owned, turns
 
 
 def summary(files: CollectFiles) -> dict[str, Any]:
