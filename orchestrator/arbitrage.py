@@ -84,7 +84,7 @@ async def arbitrage(question: str, *, draft: Engine, target: Engine, router: Rou
                     governor: GoodputGovernor | None = None, **options: Any) -> Trace:
     """``options``: :class:`ArbitrageOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
-    o = ArbitrageOptions.parse("arbitrage", options)
+    o = ArbitrageOptions.of("arbitrage", options)
     return await drive(Arbitrage(router, o), question, {"draft": draft, "target": target},
                        governor=backoff_governor(o.backoff, governor), **shared)
 
@@ -131,6 +131,6 @@ async def arbitrage_oracle(question: str, *, draft: Engine, target: Engine, judg
                            **options: Any) -> Trace:
     """``options``: none of its own; the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
-    StrategyOptions.parse("arbitrage-oracle", options)
+    StrategyOptions.of("arbitrage-oracle", options)
     return await drive(ArbitrageOracle(judge, on_example, problem_id), question, {"draft": draft, "target": target},
                        **shared)

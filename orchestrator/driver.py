@@ -25,11 +25,11 @@ turns a bad name or value into a :class:`StrategyError` naming it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Self
+from typing import Any, Callable, ClassVar, Mapping, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from common.names import did_you_mean
+from common.options import Options
 from engine.protocol import Engine, EngineError
 from engine.session import TRACE_SESSION, new_session
 from orchestrator.budget import Budget
@@ -43,30 +43,17 @@ class StrategyError(ValueError):
     """An unknown strategy, or options it does not take."""
 
 
-class StrategyOptions(BaseModel):
-    """A strategy's own options (none here: subclasses declare theirs)."""
+class StrategyOptions(Options):
+    """A strategy's own options (none here: subclasses declare theirs); a mistake is a
+    :class:`StrategyError` in :func:`common.options.explain`'s words ("strategy 'lookahead':
+    gamma must be an integer >= 1, got 0")."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    error: ClassVar[type[Exception]] = StrategyError
 
     @classmethod
-    def parse(cls, strategy: str, options: Mapping[str, Any]) -> Self:
-        """The options of ``strategy``: an unknown name (with the closest one) or a bad
-        value (naming the option) is a :class:`StrategyError`."""
-        names = list(cls.model_fields)
-        unknown = sorted(set(options) - set(names))
-        if unknown:
-            raise StrategyError(f"strategy '{strategy}' has no option {', '.join(unknown)}; it takes: "
-                                f"{', '.join(names) or 'no options'}.{did_you_mean(unknown[0], names)}")
-        try:
-            return cls(**options)
-        except ValidationError as e:
-            problems = []
-            for err in e.errors():
-                message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
-                where = f"option {err['loc'][0]}" if err["loc"] else "options"
-                got = f" (got {err['input']!r})" if err["loc"] else ""
-                problems.append(f"{where}: {message}{got}")
-            raise StrategyError(f"strategy '{strategy}' {'; '.join(problems)}") from None
+    def of(cls, strategy: str, options: Mapping[str, Any]) -> Self:
+        """The options of ``strategy``, validated."""
+        return cls.parse(options, owner=f"strategy '{strategy}'")
 
 
 class TargetOpening(StrategyOptions):
@@ -174,7 +161,7 @@ async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Polic
     author = Author(who)
     shared, options = split_shared(keywords)
     name = strategy if author is Author.DRAFT else f"{strategy}-target"
-    o = options_models[who].parse(name, options)
+    o = options_models[who].of(name, options)
     backoff = isinstance(o, Backoff) and o.backoff
     return await drive(policy(judge, o, author), question, engines, governor=backoff_governor(backoff, governor),
                        **shared)

@@ -153,6 +153,6 @@ async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judg
                     governor: GoodputGovernor | None = None, **options: Any) -> Trace:
     """``options``: :class:`LookaheadOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
-    o = LookaheadOptions.parse("lookahead", options)
+    o = LookaheadOptions.of("lookahead", options)
     return await drive(Lookahead(judge, o), question, {"draft": draft, "target": target},
                        governor=backoff_governor(o.backoff, governor), **shared)

@@ -81,5 +81,5 @@ class SpecThinking(Policy):
 async def spec_thinking(question: str, *, draft: Engine, target: Engine, **options: Any) -> Trace:
     """``options``: :class:`SpecThinkingOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
-    o = SpecThinkingOptions.parse("spec-thinking", options)
+    o = SpecThinkingOptions.of("spec-thinking", options)
     return await drive(SpecThinking(o), question, {"draft": draft, "target": target}, **shared)

@@ -111,6 +111,6 @@ async def specreason(question: str, *, draft: Engine, target: Engine, judge: Jud
                      governor: GoodputGovernor | None = None, **options: Any) -> Trace:
     """``options``: :class:`SpecReasonOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
     shared, options = split_shared(options)
-    o = SpecReasonOptions.parse("specreason", options)
+    o = SpecReasonOptions.of("specreason", options)
     return await drive(SpecReason(judge, o), question, {"draft": draft, "target": target},
                        governor=backoff_governor(o.backoff, governor), **shared)

@@ -112,4 +112,4 @@ def get_strategy(name: str) -> Strategy:
 def check_options(strategy: Strategy, options: Mapping[str, Any]) -> StrategyOptions:
     """``options`` validated by the strategy's model: an unknown name (with the closest one)
     or a bad value (naming the option) is a :class:`StrategyError`."""
-    return strategy.options_model.parse(strategy.name, options)
+    return strategy.options_model.of(strategy.name, options)

@@ -209,7 +209,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--strategies", "target-only,spec-reason"], "unknown strategy 'spec-reason'"),
-    (["--opt", "specreason.gamma=2"], "strategy 'specreason' has no option gamma"),
+    (["--opt", "specreason.gamma=2"], "strategy 'specreason' has no option 'gamma'"),
     (["--opt", "lookahead.gamma=2", "--strategies", "specreason"], "strategy 'lookahead' is not in --strategies"),
     (["--opt", "gamma"], "--opt wants STRATEGY.KEY=VALUE"),
     (["--dataset", "gsm9k"], "unknown dataset 'gsm9k'"),
@@ -223,7 +223,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     (["--strategies", "target-only,sr-score", "--opt", "sr-score.strategy=specreasn"],
      "unknown strategy 'specreasn'. Did you mean 'specreason'"),
     (["--strategies", "target-only,sr", "--opt", "sr.strategy=specreason", "--opt", "sr.gamma=2"],
-     "arm 'sr' (specreason): strategy 'specreason' has no option gamma"),
+     "arm 'sr' (specreason): strategy 'specreason' has no option 'gamma'"),
     (["--mode", "fast"], "--mode is latency, throughput or both"),
     (["--mode", "throughput", "--latency-limit", "5"], "apply to latency mode, which is not in this run"),
     (["--mode", "latency", "--throughput-wave", "5"], "--throughput-wave applies to throughput mode"),

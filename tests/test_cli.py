@@ -40,7 +40,7 @@ def test_solve_with_an_unknown_speculation_method():
     (["--strategy", "spec-reason"], "unknown strategy 'spec-reason'. Did you mean 'specreason'"),
     (["--judge", "embeding"], "unknown judge 'embeding'. Did you mean 'embedding'"),
     (["--judge", "embedding"], "specreason cannot use judge 'embedding'"),
-    (["--gamma", "3"], "strategy 'specreason' has no option gamma"),
+    (["--gamma", "3"], "strategy 'specreason' has no option 'gamma'"),
     (["--strategy", "lookahead", "--threshold", "7"], "--threshold is an option of the score judge"),
     (["--strategy", "spec-thinking", "--judge", "score"], "strategy 'spec-thinking' takes no judge"),
     (["--judge-opt", "threshold"], "--judge-opt wants key=value"),

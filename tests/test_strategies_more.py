@@ -180,7 +180,7 @@ def test_registry_and_reasoner_reject_bad_configuration():
         get_strategy("spec-reason")
     with pytest.raises(JudgeError, match="unknown judge 'scor'. Did you mean 'score'"):
         Reasoner(t, d, judge="scor")
-    with pytest.raises(StrategyError, match="no option gamma; it takes: first_target_steps"):
+    with pytest.raises(StrategyError, match="no option 'gamma'. Its options: first_target_steps"):
         Reasoner(t, d, strategy="specreason", gamma=3)
     with pytest.raises(StrategyError, match="needs a draft engine"):
         Reasoner(t, strategy="lookahead")

@@ -113,7 +113,7 @@ def test_the_answer_most_finished_branches_reach_wins_over_the_best_scored_one()
     assert voted.search["votes"] == {"1": 1, "2000": 2} and voted.search["options"]["vote"] == "majority"
     best = run(vote="best")
     assert best.answer == "1" and best.search["votes"] == {"1": 1, "2000": 2}
-    with pytest.raises(StrategyError, match="option vote"):
+    with pytest.raises(StrategyError, match="strategy 'tree': vote must be"):
         run(vote="weighted")
 
 
@@ -251,7 +251,7 @@ def test_the_target_proposes_the_first_depths_as_in_tree_target_and_the_draft_th
     assert [s.accepted for s in trace.steps] == [None, None, True, True]
     assert (trace.num_drafted_steps, trace.num_accepted_steps, trace.step_acceptance_rate) == (2, 2, 1.0)
     # the twin takes no opening option: it proposes at every depth
-    with pytest.raises(StrategyError, match="'tree-target' has no option first_target_steps"):
+    with pytest.raises(StrategyError, match="'tree-target' has no option 'first_target_steps'"):
         asyncio.run(tree_target(Q, target=Sampler("target", choose("t")), judge=TextScore(), first_target_steps=1))
 
 
@@ -387,7 +387,7 @@ def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_
     asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2))
     assert twin.batches == [2]
     for option in ("first_target_steps", "backoff"):
-        with pytest.raises(StrategyError, match=f"'best-of-n-target' has no option {option}"):
+        with pytest.raises(StrategyError, match=f"'best-of-n-target' has no option '{option}'"):
             asyncio.run(best_of_n_target(Q, target=twin, judge=TextScore(), n=2, **{option: 1}))
 
 
