@@ -62,9 +62,8 @@ class TargetOpening(StrategyOptions):
     A drafted plan whose every token the target finds plausible can still be the wrong
     plan, and the target then follows it (GSM8K #0: "1. Calculate the number of eggs Janet
     eats" leads the 1.5B itself to 16 - 3 = 13). Letting the target write the opening and
-    the plan (2 steps) closed that gap for ``specreason`` on GSM8K test problems 100-129,
-    not the bench's: 19/30 like target-only, against 17/30 drafting from the first step
-    (benchmarks/measured/likelihood_defaults_gsm8k100-129). The searches use it per branch:
+    the plan (2 steps) closes that gap (measured: benchmarks/README.md,
+    likelihood_defaults_gsm8k100-129). The searches use it per branch:
     in ``tree`` the target proposes the candidates of the first depths, in ``best-of-n`` it
     samples the first steps of every solution.
     """

@@ -6,11 +6,8 @@ a step scored at or above the threshold stays, otherwise the large model
 writes that step itself from the same prefix. The first ``first_target_steps``
 steps are written by the target outright (default 2: the opening and the plan; why:
 :class:`orchestrator.driver.TargetOpening`); with ``draft_opening`` the draft writes the
-first (the opening sentence, judged as any drafted step) and the target the plan. Chosen
-on GSM8K test problems 100-129 (not
-the bench's), all at once, likelihood judge at its defaults: target-only 19/30; drafting
-from the first step 17/30 (4 lost, 2 gained), the target writing 31% of the tokens; the
-target writing the first two steps 19/30 (3 lost, 3 gained), the target writing 47%.
+first (the opening sentence, judged as any drafted step) and the target the plan. (How
+these defaults were chosen, on problems other than the reported ones: benchmarks/README.md.)
 
 Worked example, threshold 7: the draft writes "16 - 3 = 13 eggs." and the
 target scores it 8.4: kept, author "draft". The draft writes "13 - 4 = 8

@@ -13,9 +13,9 @@ and the large model verifying them. Here, at every depth:
    candidates (no implausible token); a branch with none is *repaired*: the
    target keeps its candidate with the latest cut up to the cut and writes on
    from there (greedy) -- the only time the target writes in ``tree``. Other
-   cut candidates are dropped, also those that end the trace: repairing them
-   too (they are the vote's ballots) solved 46 of GSM8K test 0-99 against 52
-   without (benchmarks/measured/gsm8k100_tree_repair_cpu). With a whole-step
+   cut candidates are dropped, also those that end the trace (repairing them
+   too, as the vote's ballots, measured worse: benchmarks/README.md,
+   gsm8k100_tree_repair_cpu). With a whole-step
    judge (``score``: the target's 0-9 self-score) every candidate is a child,
    and a branch whose candidates are all poor gets a step the target writes
    whole;
@@ -36,9 +36,9 @@ has generated ``token_budget`` tokens. The trace keeps, by default (``vote=major
 the best-scored finished branch holding the answer most finished branches reached; a
 branch that ran out of tokens without an answer has no vote. (With a token-level
 verifier nearly every surviving branch is 100% plausible, so its score says little about
-which answer is right; on GSM8K test 0-19 the vote over the saved trees of a
-``vote=best`` run would have solved 8 instead of 6 in ``tree`` and 13 instead of 12 in
-``tree-target``.) With ``vote=best``, or no answer reached: the best-scored finished
+which answer is right: the vote is the better guide.) Worked example: finished branches
+answering 18, 18 and 16, the last best-scored: the vote keeps the best-scored of the two
+18s. With ``vote=best``, or no answer reached: the best-scored finished
 branch, else the best open one. The whole tree is kept as a networkx graph
 (``Trace.search["tree"]``, node-link data): a node per step with its author,
 text, score (and with the likelihood verifier its plausible share and cut),
