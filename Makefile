@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align bench-aligned router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -123,6 +123,21 @@ bench-tokens: setup
 ALIGN_DIR ?= benchmarks/measured/align_qwen2.5-coder-0.5b_cpu
 align: setup
 	$(VENV)/bin/stepspec draft align --output-dir $(ALIGN_DIR) --export engine/adapters/qwen2.5-coder-0.5b-aligned
+
+# The aligned draft beside the unaligned one (issue 53), the first 100 GSM8K test problems
+# in waves of 25 under load and the first 30 one at a time: specreason with each draft, the
+# governor off in both (it hands every step to the target under load, which would hide the
+# drafts), against target-only; every arm's target on suffix decoding (three engines fit this
+# machine, four do not), so target-only's one-at-a-time baseline is the target on suffix
+# decoding. Resumable like `make bench`.
+ALIGNED_DIR ?= benchmarks/measured/aligned_gsm8k100_cpu
+ALIGNED_ARMS = --dataset gsm8k --limit 100 --mode both --latency-limit 30 --throughput-wave 25 \
+	--max-tokens 640 --kv-cache-gib 1.0 --strategies target-only,specreason,sr-aligned \
+	--opt target-only.target_spec=suffix --opt specreason.backoff=false \
+	--opt sr-aligned.strategy=specreason --opt sr-aligned.draft=qwen2.5-coder-0.5b-aligned \
+	--opt sr-aligned.backoff=false
+bench-aligned: setup
+	$(call bench_run,$(ALIGNED_DIR),$(ALIGNED_ARMS))
 
 router: setup
 	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data
