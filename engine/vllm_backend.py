@@ -267,7 +267,7 @@ class VLLMEngine:
 
     async def close(self) -> None:
         if self._llm is not None:
-            self._stats.peak_rss_bytes, _ = self._rss()
+            self._stats.peak_rss_bytes, _ = process_memory(self._llm)
             llm, self._llm = self._llm, None
             # The engine core stops its worker first (vLLM's worker grace is 5 s, then a
             # SIGTERM), so a longer wait than vLLM's 5 s lets it exit by itself instead of
