@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, err_console, opt, parse_opts,
-                                  run_cancellable, setup_logging, strategy_flag, takes)
+from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, opt, parse_opts,
+                                  run_interruptible, setup_logging, strategy_flag, takes)
 from orchestrator.config import RunSettings
 from workflows.eval.bench import BenchSpec
 
@@ -161,8 +161,6 @@ def bench(
     results_*.json, samples_*.jsonl and report.md. `stepspec bench report RUN_DIR` rebuilds the report."""
     if ctx.invoked_subcommand is not None:
         return
-    import asyncio
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from workflows.eval.bench_run import run_bench
@@ -182,15 +180,11 @@ def bench(
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, disable=not progress)
     live = _LiveProgress(bar)
-    try:
-        with bar:
-            # the results file is marked "interrupted" before the engines stop
-            results = run_cancellable(lambda: run_bench(bench_spec, run_dir, resume=bool(resume), progress=live,
-                                                        modes=session_modes))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err_console.print(f"[bold yellow]interrupted[/]: every finished problem is saved; continue with "
-                          f"`stepspec bench --resume {run_dir}`", highlight=False)
-        raise typer.Exit(130) from None
+    with bar:
+        # the results file is marked "interrupted" before the engines stop
+        results = run_interruptible(lambda: run_bench(bench_spec, run_dir, resume=bool(resume), progress=live,
+                                                      modes=session_modes),
+                                    f"every finished problem is saved; continue with `stepspec bench --resume {run_dir}`")
     _print_results(results, run_dir)
 
 

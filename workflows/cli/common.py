@@ -204,3 +204,15 @@ def run_cancellable(make: Callable[[], Awaitable[T]]) -> T:
         return await make()
 
     return asyncio.run(cancellable())
+
+
+def run_interruptible(make: Callable[[], Awaitable[T]], interrupted: str) -> T:
+    """:func:`run_cancellable`; on Ctrl-C or SIGTERM, "interrupted: ``interrupted``" (what is
+    saved and how to go on) and exit code 130."""
+    import asyncio
+
+    try:
+        return run_cancellable(make)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err_console.print(f"[bold yellow]interrupted[/]: {interrupted}", highlight=False)
+        raise typer.Exit(130) from None

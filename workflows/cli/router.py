@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from routers.train import TrainSettings
-from workflows.cli.common import (JUDGE_OPT, VERBOSE, app, console, err_console, parse_opts, run_cancellable,
-                                  setup_logging, takes)
+from workflows.cli.common import (JUDGE_OPT, VERBOSE, app, console, parse_opts, run_interruptible, setup_logging,
+                                  takes)
 from workflows.routing.collect import CollectSpec
 
 router_app = typer.Typer(help="The learned router (Arbitrage): collect steps, train, inspect.", no_args_is_help=True)
@@ -31,8 +31,6 @@ def router_collect(
 ) -> None:
     """Solve training problems with both models at every step and record both candidate steps,
     their ratings and the draft's token logprobs (append-only; run again to resume)."""
-    import asyncio
-
     from workflows.routing.collect import collect
 
     setup_logging(verbose)
@@ -43,13 +41,9 @@ def router_collect(
         console.print(f"[dim]{record['problem_id']:<22}[/] {mark} {record['num_steps']:3d} steps, target better at "
                       f"{record['num_target_won']:3d}  {record['seconds']:6.1f} s", highlight=False)
 
-    try:
-        result = run_cancellable(lambda: collect(collect_spec, output_dir, concurrency=concurrency, overlap=overlap,
-                                                  on_problem=show))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err_console.print("[bold yellow]interrupted[/]: every collected step is saved; run the same command again "
-                          "to continue", highlight=False)
-        raise typer.Exit(130) from None
+    result = run_interruptible(lambda: collect(collect_spec, output_dir, concurrency=concurrency, overlap=overlap,
+                                               on_problem=show),
+                               "every collected step is saved; run the same command again to continue")
     console.print_json(json.dumps(result))
 
 
@@ -64,8 +58,6 @@ def router_verify(
     """Score every collected drafted step with the target's likelihood verifier (one prefill
     each) and record whether it cuts the step: the router's default label (verdicts.jsonl;
     run again to go on where it stopped)."""
-    import asyncio
-
     from workflows.routing.verify import verify_collection
 
     setup_logging(verbose)
@@ -73,13 +65,9 @@ def router_verify(
     def show(done: int, total: int) -> None:
         console.print(f"[dim]verified {done} of {total} steps[/]", highlight=False)
 
-    try:
-        result = run_cancellable(lambda: verify_collection(data_dir, judge_options=parse_opts(judge_opt),
-                                                            batch_size=batch_size, on_batch=show))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err_console.print("[bold yellow]interrupted[/]: every verdict so far is saved; run the same command again "
-                          "to go on", highlight=False)
-        raise typer.Exit(130) from None
+    result = run_interruptible(lambda: verify_collection(data_dir, judge_options=parse_opts(judge_opt),
+                                                         batch_size=batch_size, on_batch=show),
+                               "every verdict so far is saved; run the same command again to go on")
     console.print_json(json.dumps(result))
 
 
