@@ -184,7 +184,8 @@ def bench(
         # the results file is marked "interrupted" before the engines stop
         results = run_interruptible(lambda: run_bench(bench_spec, run_dir, resume=bool(resume), progress=live,
                                                       modes=session_modes),
-                                    f"every finished problem is saved; continue with `stepspec bench --resume {run_dir}`")
+                                    "every finished problem is saved; continue with "
+                                    f"`stepspec bench --resume {run_dir}`")
     _print_results(results, run_dir)
 
 
