@@ -25,6 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))  # the helpers the tests share
 
 HEAVY = ("vllm", "torch", "transformers")
 _LOADED_BEFORE_COLLECTION = {m for m in HEAVY if m in sys.modules}  # by a plugin, say: not ours to judge

@@ -1,16 +1,16 @@
-"""`python tests/serve_scripted.py PORT`: the serve app on scripted engines (slow steps), in a
+"""`python tests/support/serve_scripted.py PORT`: the serve app on scripted engines (slow steps), in a
 process of its own, for tests that kill the server mid-stream."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvicorn  # noqa: E402
 
 from orchestrator.reasoner import Reasoner  # noqa: E402
-from test_strategies import DRAFT_STEPS, TARGET_STEPS, FixedJudge, script  # noqa: E402
+from scripted import DRAFT_STEPS, TARGET_STEPS, FixedJudge, script  # noqa: E402
 from workflows.serve.app import build_app  # noqa: E402
 from workflows.serve.settings import ServeSettings  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 
 from workflows.eval.report import write_report
 
-MEASURED = Path(__file__).resolve().parent.parent / "benchmarks" / "measured"
+MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured"
 RUNS = sorted(d.name for d in MEASURED.iterdir() if d.is_dir() and any(d.glob("results_*.json")))
 
 

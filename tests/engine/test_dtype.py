@@ -1,6 +1,6 @@
 """dtype="auto": the fastest dtype on the machine at hand, chosen by its CPU flags and a timed
 probe cached per CPU model and matrix shape (engine/dtype.py). The probe itself is stood in
-for here; tests/test_pair.py runs the real engines in whatever auto picks."""
+for here; tests/engine/test_pair.py runs the real engines in whatever auto picks."""
 
 import json
 

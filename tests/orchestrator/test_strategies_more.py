@@ -16,7 +16,7 @@ from orchestrator.run import ReasoningError, StepDelimiterError
 from orchestrator.spec_thinking import reflection_cue, spec_thinking
 from orchestrator.specreason import specreason
 from orchestrator.strategies import StrategyError, get_strategy
-from test_strategies import DRAFT_STEPS, TARGET_STEPS, FixedJudge, Q, run, script
+from scripted import DRAFT_STEPS, TARGET_STEPS, FixedJudge, Q, run, script
 
 
 class RejectMatching(FixedJudge):

@@ -14,7 +14,7 @@ from workflows.eval.graders import get_grader
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
-EXAMPLES = Path(__file__).parent.parent / "workflows" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "workflows" / "examples"
 
 
 @pytest.fixture(scope="module", autouse=True)

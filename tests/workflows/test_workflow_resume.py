@@ -26,9 +26,9 @@ from engine.types import GenerationRequest, SamplingSpec
 from workflows.flows.runner import WorkflowRun, load_record
 from workflows.flows.spec import WorkflowError, load_workflow
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
-ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "support")])}
 
 QUESTIONS = ["q0", "q1", "q2", "q3"]
 

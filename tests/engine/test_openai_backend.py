@@ -29,8 +29,8 @@ from engine.types import (
     SamplingSpec,
     ScoredToken,
 )
-from tests.openai_server import free_port, start_vllm_server, stop_process, wait_healthy
-from tests.tiny_models import build_tiny_model
+from openai_server import free_port, start_vllm_server, stop_process, wait_healthy
+from tiny_models import build_tiny_model
 
 MAX_MODEL_LEN = 1024
 SERVED_NAME = "tiny"
@@ -509,7 +509,7 @@ def tokenizer_dir(tmp_path_factory):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from tests.tiny_models import CHAT_TEMPLATE
+    from tiny_models import CHAT_TEMPLATE
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

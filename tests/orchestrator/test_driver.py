@@ -21,7 +21,7 @@ from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, check_options, get_strategy
 from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(glob.glob(str(ROOT / "benchmarks/measured/**/*samples*.jsonl"), recursive=True))
 
 
@@ -70,7 +70,7 @@ def test_every_committed_tree_search_loads_as_a_graph():
         assert [g.nodes[n]["text"] for n in chosen] == [s.text for s in trace.steps], where
 
 
-RECORDED = Path(__file__).parent / "data" / "traces_v1.jsonl"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "traces_v1.jsonl"
 # What changed on purpose since: a tree's search graph also holds the drafted steps its judge
 # rejected (as pruned nodes) and names its branch score; best-of-n says more of its samples
 # (their cuts, whether they were verified as written). Steps, answers and stop reasons are

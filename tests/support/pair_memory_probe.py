@@ -1,7 +1,7 @@
 """Everything a step-level strategy with draft-model token speculation holds at once,
 measured in a fresh process, as a user's `stepspec` run has it.
 
-Run by tests/test_pair.py: ``python tests/pair_memory_probe.py OUT`` reads
+Run by tests/engine/test_pair.py: ``python tests/support/pair_memory_probe.py OUT`` reads
 ``{"target": path, "draft": path, "prompt": ..., "max_tokens": ...}`` as JSON on stdin,
 starts the 0.5B draft engine, the 1.5B target engine with the 0.5B drafting its tokens,
 and the embedder; generates once on each engine while all three are alive; writes one

@@ -1,13 +1,13 @@
 """Step-level strategies: control flow over a scripted engine, invariants on real vLLM."""
 
-import asyncio
 
 import pytest
 
 from conftest import tiny_engine
 from engine.protocol import EngineError
 from fake_engine import ScriptedEngine
-from judges.base import JudgeError, StepCandidate, Verdict
+from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, run, script
+from judges.base import JudgeError, Verdict
 from judges.exact import ExactJudge
 from orchestrator.baseline import draft_only, target_only
 from orchestrator.budget import Budget
@@ -15,41 +15,6 @@ from orchestrator.run import ReasoningError
 from orchestrator.specreason import specreason
 from orchestrator.steps import StepRules
 from orchestrator.trace import Trace
-
-
-class FixedJudge:
-    """Accepts (or rejects) every step: the two ends of any judge's behaviour."""
-
-    needs_target_step = needs_draft_tokens = False
-    draft_top_k = 0
-
-    def __init__(self, accept: bool):
-        self.accept = accept
-        self.name = "accept-all" if accept else "reject-all"
-        self.seen: list[StepCandidate] = []
-
-    async def judge(self, candidates):
-        self.seen.extend(candidates)
-        return [Verdict(self.name, self.accept, score=9.0 if self.accept else 0.0) for _ in candidates]
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-def script(*steps: str):
-    """An engine that writes steps[n] when the prompt already holds n steps."""
-
-    def continuation(prompt: str) -> str:
-        n = prompt.split("<|assistant|>")[-1].count("\n\n")
-        return steps[min(n, len(steps) - 1)]
-
-    return ScriptedEngine(continuation=continuation)
-
-
-Q = "Janet's ducks lay 16 eggs. She eats 3 and bakes with 4. She sells the rest at $2. How much?"
-TARGET_STEPS = ("16 - 3 - 4 = 9 eggs are left.\n\n", "9 * 2 = 18.\n\n", "The answer is \\boxed{18}.")
-DRAFT_STEPS = ("16 - 3 = 13 eggs.\n\n", "13 - 4 = 9 eggs.\n\n", "So she makes \\boxed{18}.")
 
 
 def test_baselines_cut_steps_and_stop_at_the_answer():

@@ -15,7 +15,7 @@ from fake_engine import ScriptedEngine
 from workflows.flows.runner import WorkflowRun, check_workflow
 from workflows.flows.spec import WorkflowError, json_schema, load_workflow
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "workflows" / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "workflows" / "examples").glob("*.yaml"))
 CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300"}
 
@@ -404,7 +404,7 @@ def test_run_cli_fails_before_loading_models_on_a_missing_input(tmp_path):
 def test_the_readme_workflow_validates(tmp_path):
     import re
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Workflows, agents and tools"):]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     (tmp_path / "readme.yaml").write_text(block)

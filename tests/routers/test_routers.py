@@ -399,7 +399,7 @@ class _Compare:
 
 
 def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
-    from test_bench import engines, write_problems
+    from scripted import engines, write_problems
     from workflows.eval.bench import BenchSpec
     from workflows.eval.bench_run import run_bench
     from workflows.eval.rundir import read_samples

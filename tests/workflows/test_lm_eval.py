@@ -11,18 +11,7 @@ from fake_engine import ScriptedEngine
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-evaluation-harness is in stepspec[eval]")
 
-ROOT = Path(__file__).resolve().parent.parent
-TASKS = ROOT / "workflows" / "lm_eval_tasks"
-
-
-def local_task(tmp_path, data_file):
-    """The shipped task definition, pointed at ``data_file``."""
-    text = (TASKS / "gsm8k_stepspec.yaml").read_text()
-    text = text.replace("../shared/data/gsm8k_test.jsonl", str(data_file)).replace("task: gsm8k_stepspec",
-                                                                                     "task: gsm8k_stepspec_tmp")
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "gsm8k_stepspec_tmp.yaml").write_text(text)
-    return tmp_path / "tasks"
+from scripted import ROOT, TASKS, local_task
 
 
 def test_registering_stepspec_leaves_lm_evals_own_models_loadable():
@@ -31,7 +20,7 @@ def test_registering_stepspec_leaves_lm_evals_own_models_loadable():
             "from lm_eval.api.registry import get_model\n"
             "print(get_model('stepspec').__name__, get_model('local-chat-completions').__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1], timeout=300)
+                         cwd=Path(__file__).resolve().parents[2], timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["StepspecLM", "LocalChatCompletion"]
 

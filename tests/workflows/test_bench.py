@@ -3,7 +3,6 @@ and one run of the command on real vLLM with tiny models."""
 
 import asyncio
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
+from scripted import engines, write_problems
 from workflows.eval.bench import BenchSpec
 from workflows.eval.bench_run import run_bench
 from workflows.eval.rundir import BenchError, read_samples
@@ -19,39 +19,6 @@ from workflows.eval.summary import (PLOTS, acceptance_by_position, arm_twins, pa
                                     share_of_ceiling, summarize, summarize_run)
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
-
-
-def write_problems(path, n=6):
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"q": f"What is {i} + 10?", "a": str(i + 10)}) + "\n")
-    return path
-
-
-def _question_number(prompt: str) -> int:
-    """n in the prompt's question "What is n + 10?" (the warm-up asks "What is 2 + 3?")."""
-    a, b = re.findall(r"What is (\d+) \+ (\d+)\?", prompt)[-1]
-    return int(a) + int(b) - 10
-
-
-def engines():
-    """The target is always right; the draft is wrong on odd problems; the judge (on the
-    target) scores a drafted step 9 when its boxed number is right, else 0."""
-
-    def target(prompt):
-        return "\\boxed{%d}" % (_question_number(prompt) + 10) if "Add ten." in prompt else "Add ten.\n\n"
-
-    def draft(prompt):
-        n = _question_number(prompt)
-        return "\\boxed{%d}" % (n + 10 + n % 2) if "Add ten." in prompt else "Add ten.\n\n"
-
-    def score(prompt):
-        n = _question_number(prompt)
-        boxed = re.findall(r"\\boxed\{(\d+)\}", prompt)
-        good = not boxed or int(boxed[-1]) == n + 10
-        return [("9", 0.0)] if good else [("0", 0.0)]
-
-    return ScriptedEngine("target", next_token=score, continuation=target), ScriptedEngine("draft", continuation=draft)
 
 
 def spec_for(data, **kw):
@@ -675,7 +642,7 @@ def rebuilt_report(measured: str, tmp_path) -> tuple[Path, str]:
     import shutil
 
     run = tmp_path / measured
-    shutil.copytree(Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / measured, run)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / measured, run)
     for f in ["report.md", *PLOTS]:
         (run / f).unlink()
     r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report", str(run)],
@@ -704,7 +671,7 @@ def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_c
 
     from workflows.eval.report import HEADLINE, update_headline
 
-    shutil.copytree(Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "gsm8k30_cpu",
+    shutil.copytree(Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "gsm8k30_cpu",
                     tmp_path / "runs" / "gsm8k30_cpu")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\n<!-- headline: runs/gsm8k30_cpu -->\nold table\n<!-- /headline -->\nrest\n")
@@ -716,7 +683,7 @@ def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_c
     with pytest.raises(ValueError, match="no '<!-- headline"):
         update_headline(readme)
     # the README's own table is the one its committed runs give
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     block = HEADLINE.search((root / "README.md").read_text())
     assert block is not None, "README.md has no headline block"
     from workflows.eval.report import headline_table

@@ -6,7 +6,7 @@ tests load it with today's code (old traces stay readable, and serialize back to
 the same JSON) and run the scenarios again (the same steps, stop reasons and
 counters: only the timings differ). Regenerate after a deliberate change:
 
-    python tests/trace_scenarios.py tests/data/traces_v1.jsonl
+    python tests/support/trace_scenarios.py tests/data/traces_v1.jsonl
 
 Only public entry points with keyword options, so this runs against older code too.
 """

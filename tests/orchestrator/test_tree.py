@@ -517,7 +517,7 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
 
 
 def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path):
-    from test_bench import engines, write_problems
+    from scripted import engines, write_problems
     from workflows.eval.bench import BenchSpec
     from workflows.eval.bench_run import run_bench
 

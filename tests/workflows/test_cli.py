@@ -159,7 +159,7 @@ def _makefile_bench_runs(tmp_path, target="bench-verify", **dirs):
     import shlex
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     dirs = dirs or {"VERIFY_DIR": "main", "BENCH_PLAN_DIR": "plan"}
     out = subprocess.run(["make", "-n", "-s", target, *(f"{k}={tmp_path / v}" for k, v in dirs.items())],
                          cwd=root, capture_output=True, text=True, check=True).stdout

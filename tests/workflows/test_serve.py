@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from openai_server import free_port, stop_process, wait_healthy
-from test_strategies import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
+from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
 
 pytestmark = pytest.mark.vllm
 
@@ -300,7 +300,7 @@ def test_lm_evals_local_chat_completions_scores_the_served_reasoner(tmp_path):
 
     from fake_engine import ScriptedEngine
     from orchestrator.reasoner import Reasoner
-    from test_lm_eval import local_task
+    from scripted import local_task
 
     rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]
     data = tmp_path / "gsm8k_test.jsonl"
@@ -333,7 +333,7 @@ def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restart
 
     port = free_port()
     url, log = f"http://127.0.0.1:{port}", tmp_path / "serve.log"
-    script_path = Path(__file__).parent / "serve_scripted.py"
+    script_path = Path(__file__).resolve().parents[1] / "support" / "serve_scripted.py"
 
     def start() -> subprocess.Popen:
         with open(log, "ab") as out:

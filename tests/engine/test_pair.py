@@ -98,7 +98,7 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
 
     A separate 0.5B draft engine (what step-level strategies use) and the
     embedding model are alive at the same time; all of it must fit the machine.
-    Run in a fresh process (tests/pair_memory_probe.py), as a user's run is: this
+    Run in a fresh process (tests/support/pair_memory_probe.py), as a user's run is: this
     pytest process holds what the tests before it left behind.
     """
     import json
@@ -109,7 +109,7 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
     out = tmp_path / "probe.json"
     request = {"target": pair[0], "draft": pair[1], "prompt": reference["prompt"], "max_tokens": MAX_TOKENS}
     probe = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("pair_memory_probe.py")), str(out)],
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "support" / "pair_memory_probe.py"), str(out)],
         input=json.dumps(request),
         capture_output=True, text=True, timeout=1200, check=False,
     )
@@ -292,7 +292,7 @@ def test_router_verify_labels_collected_steps_as_the_target_reads_them(pair, run
     from workflows.routing.collect import CollectSpec
     from workflows.routing.verify import verify_collection
 
-    data = Path(__file__).resolve().parent.parent / "benchmarks" / "measured" / "router_data_cpu"
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "router_data_cpu"
     examples, _ = read_examples(data / "examples.jsonl")
     early = [ex for ex in examples if ex.state.position <= 2 and ex.state.complete]
     same = [ex for ex in early if ex.state.draft_step == ex.target_step][:4]
