@@ -5,7 +5,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -635,59 +634,6 @@ def test_a_search_arm_under_any_label_pairs_with_its_target_twin():
     results["config"]["strategies"].append("bont")
     results["config"]["strategy_options"]["bont"] = {"strategy": "best-of-n-target"}
     assert arm_twins(results)["bon-rules"] == "best-of-n-target"
-
-
-def rebuilt_report(measured: str, tmp_path) -> tuple[Path, str]:
-    """A committed run under benchmarks/measured/, copied, its report and plots deleted and rebuilt by the CLI."""
-    import shutil
-
-    run = tmp_path / measured
-    shutil.copytree(Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / measured, run)
-    for f in ["report.md", *PLOTS]:
-        (run / f).unlink()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report", str(run)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return run, (run / "report.md").read_text()
-
-
-def test_the_committed_best_of_n_pilot_pairs_its_labelled_arm_with_the_twin(tmp_path):
-    _, report = rebuilt_report("gsm8k_offset100_bon_rules_pilot_cpu", tmp_path)
-    row = "| bon-rules | throughput | 10 | 60.0% ± 16.3% | 0 / 0 / +0 (vs best-of-n-target) | 446 | 0.81× |"
-    assert row in report
-
-
-def test_report_of_a_committed_run_rebuilds(tmp_path):
-    run, report = rebuilt_report("gsm8k30_cpu", tmp_path)
-    assert "| specreason | 30 | 20.0% ± 7.4% | 20.0% | 63.2 | 90.5 | 4.67 | 1.18× | 1.19× |" in report
-    # paired: target-only solves 18; specreason loses 13 of them and gains 1
-    assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in report
-    assert "* `specreason`: `specreason`; judge `score`" in report  # told by its steps (the default then)
-    assert all((run / p).stat().st_size > 1000 for p in PLOTS)
-
-
-def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_current(tmp_path):
-    import shutil
-
-    from workflows.eval.report import HEADLINE, update_headline
-
-    shutil.copytree(Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "gsm8k30_cpu",
-                    tmp_path / "runs" / "gsm8k30_cpu")
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n<!-- headline: runs/gsm8k30_cpu -->\nold table\n<!-- /headline -->\nrest\n")
-    assert update_headline(readme) and not update_headline(readme)  # built, then already current
-    text = readme.read_text()
-    assert "old table" not in text and text.endswith("<!-- /headline -->\nrest\n")
-    assert "| [gsm8k30_cpu](runs/gsm8k30_cpu/report.md) | specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in text
-    readme.write_text("no block")
-    with pytest.raises(ValueError, match="no '<!-- headline"):
-        update_headline(readme)
-    # the README's own table is the one its committed runs give
-    root = Path(__file__).resolve().parents[2]
-    block = HEADLINE.search((root / "README.md").read_text())
-    assert block is not None, "README.md has no headline block"
-    from workflows.eval.report import headline_table
-    assert block["table"] == headline_table([root / d for d in block["runs"].split()], root=root)
 
 
 def test_build_engine_passes_the_engine_settings_to_vllm(tmp_path, monkeypatch):
