@@ -134,6 +134,13 @@ PRESETS: dict[str, GGUFPreset | FolderPreset | AdapterPreset] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             role="draft",
         ),
+        AdapterPreset(
+            name="qwen2.5-coder-0.5b-aligned",
+            description="the bundled draft aligned to the 1.5B (its LoRA adapter from `make align`, merged in)",
+            base="qwen2.5-coder-0.5b",
+            sha256="372a26d42853c12ba7b5b7bdb02ebb62b6728140af72f50ca055c7d2851374e5",
+            role="draft",
+        ),
         FolderPreset(
             name="all-minilm-l6-v2",
             description="sentence-transformers/all-MiniLM-L6-v2: the bundled embedding model",

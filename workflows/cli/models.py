@@ -29,7 +29,11 @@ app.add_typer(models_app, name="models")
 def models_list() -> None:
     """List the model presets and the models made on this machine (`stepspec draft align`),
     whether each is prepared, and where its model card is."""
-    table = Table("model", "role", "prepared", "description", "card")
+    table = Table()
+    table.add_column("model", no_wrap=True)  # a name is what a user copies: never wrapped
+    for header in ("role", "prepared", "description"):
+        table.add_column(header)
+    table.add_column("card", overflow="fold")
     for name, preset in PRESETS.items():
         prepared = is_prepared(name)
         card = prepared_path(name) / "README.md" if prepared and not isinstance(preset, FolderPreset) else None
