@@ -44,7 +44,7 @@ async def run_method(method: str, target: str, draft: str, questions: list[str],
     await engine.start()
     startup = time.perf_counter() - t0
     try:
-        prompts = [build_prompt(engine, q) for q in questions]
+        prompts = [await build_prompt(engine, q) for q in questions]
         # warm-up: one short generation so first-call costs do not land on problem 1
         await engine.generate([GenerationRequest(prompts[0], SamplingSpec(max_tokens=8))])
         before = engine.stats().spec_decoding
@@ -83,7 +83,7 @@ async def judge_cost(target: str, question: str, reasoning_tokens: int):
     engine = VLLMEngine(target, name="target[judge]", max_model_len=4096, kv_cache_gib=1.0)
     await engine.start()
     try:
-        base = build_prompt(engine, question)
+        base = await build_prompt(engine, question)
         (r,) = await engine.generate([GenerationRequest(base, SamplingSpec(max_tokens=reasoning_tokens))])
         reasoning = r.completion.text
 
