@@ -211,6 +211,25 @@ def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_defaul
     assert checked["specreason"].options == {}  # the strategy's defaults
 
 
+def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp_path, monkeypatch):
+    """`make bench-aligned` up to the engines: specreason with the unaligned and the aligned
+    draft, the governor off in both, against target-only, every target on suffix decoding, so
+    the run needs three engines (one target, two drafts)."""
+    import workflows.eval.bench as bench
+
+    (args,) = _makefile_bench_runs(tmp_path, "bench-aligned", ALIGNED_DIR="aligned").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
+                    "sr-aligned": ("specreason", "likelihood")}
+    assert checked["specreason"].options == checked["sr-aligned"].options == {"backoff": False}
+    spec = bench.BenchSpec.model_validate(config)
+    engines, roles = spec.arm_engines()
+    assert sorted(engines) == ["draft (qwen2.5-coder-0.5b)", "draft (qwen2.5-coder-0.5b-aligned)", "target"]
+    assert {c.speculation for role, c in engines.items() if role == "target"} == {"suffix"}
+    assert roles["sr-aligned"] == ("target", "draft (qwen2.5-coder-0.5b-aligned)")
+    assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
+
+
 def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
     """`make bench-verify`'s two command lines, up to the engines: every arm builds its reasoner,
     and each run's config holds the arms, modes and limits."""
