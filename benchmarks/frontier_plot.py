@@ -1,0 +1,72 @@
+"""The accuracy-vs-target-share frontier of committed bench runs: for every drafting arm in
+each mode, the share of the problems solved against the share of the trace's tokens the
+target wrote, with target-only at 100% (it writes everything) beside them. An arm up and to
+the left of another solves as much with the target writing less: a moved frontier.
+
+    python benchmarks/frontier_plot.py RUN_DIR [RUN_DIR ...] --out PNG
+
+Each point is read from the run's results file (``results`` for latency mode,
+``results_throughput`` for throughput mode); the numbers are printed as a table too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workflows.eval.rundir import find_results  # noqa: E402
+
+MARKERS = {"throughput": "o", "latency": "^"}
+
+
+def points(run_dir: Path) -> list[dict]:
+    """(run, arm, mode, n, solved share, target token share) of every arm in both modes."""
+    results = json.loads(find_results(run_dir).read_text())
+    out = []
+    for mode, key in (("latency", "results"), ("throughput", "results_throughput")):
+        for arm, m in (results.get(key) or {}).items():
+            share = m.get("target_token_share")
+            if m.get("num_problems") and share is not None:
+                out.append({"run": run_dir.name, "arm": arm, "mode": mode, "n": m["num_problems"],
+                            "accuracy": m["accuracy"]["strict"], "target_share": share})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    args = parser.parse_args()
+    rows = [p for run in args.runs for p in points(run)]
+    print("| run | arm | mode | n | solved | target token share |\n|---|---|---|---|---|---|")
+    for p in rows:
+        print(f"| {p['run']} | {p['arm']} | {p['mode']} | {p['n']} | {p['accuracy']:.1%} | {p['target_share']:.0%} |")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    arms = list(dict.fromkeys(p["arm"] for p in rows))
+    for p in rows:
+        color = f"C{arms.index(p['arm']) % 10}"
+        ax.scatter(100 * p["target_share"], 100 * p["accuracy"], marker=MARKERS[p["mode"]], color=color)
+        ax.annotate(f"{p['arm']} ({p['mode']}, {p['n']})", (100 * p["target_share"], 100 * p["accuracy"]),
+                    textcoords="offset points", xytext=(5, 4), fontsize=7, color=color)
+    ax.set_xlabel("target's share of the trace's tokens (%)")
+    ax.set_ylabel("problems solved (%)")
+    ax.set_xlim(-5, 110)
+    ax.set_title("accuracy against the target's share (o: under load, ^: one at a time)")
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=120)
+    print(f"plot: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
