@@ -28,7 +28,8 @@ from workflows.flows.spec import WorkflowError, load_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
-ENV = {**os.environ, "COLUMNS": "300", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "support")])}
+ENV = {**os.environ, "COLUMNS": "300",
+       "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "tests" / "support")])}
 
 QUESTIONS = ["q0", "q1", "q2", "q3"]
 
