@@ -116,7 +116,7 @@ def explain(model: type[BaseModel], error: ValidationError, owner: str) -> str:
 def accepted(field: FieldInfo) -> str | None:
     """What a field accepts, in words: ``within 0..9``, ``an integer >= 1, or None``,
     ``'mean' or 'min'``; None when it cannot be said simply."""
-    base, nullable = _strip_none(field.annotation)
+    base, nullable = strip_none(field.annotation)
     bounds = {type(m).__name__.lower(): getattr(m, type(m).__name__.lower())
               for m in field.metadata if isinstance(m, (Ge, Gt, Le, Lt))}
     words = [w for w in (_kind(base, bool(bounds)), _bounds(bounds)) if w]
@@ -142,7 +142,8 @@ def _bounds(b: dict[str, Any]) -> str | None:
     return " and ".join(words) or None
 
 
-def _strip_none(annotation: Any) -> tuple[Any, bool]:
+def strip_none(annotation: Any) -> tuple[Any, bool]:
+    """A field's type without its None, and whether it took None: ``int | None`` -> (int, True)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(args) == 1:
@@ -151,7 +152,7 @@ def _strip_none(annotation: Any) -> tuple[Any, bool]:
 
 
 def _literal_values(annotation: Any) -> tuple[Any, ...]:
-    base, _ = _strip_none(annotation)
+    base, _ = strip_none(annotation)
     return typing.get_args(base) if typing.get_origin(base) is Literal else ()
 
 
@@ -163,7 +164,7 @@ def _item_field(field: FieldInfo | None) -> FieldInfo | None:
     """The field an item of a ``tuple[X, ...]`` field would be, to describe X."""
     if field is None:
         return None
-    args = [a for a in typing.get_args(_strip_none(field.annotation)[0]) if a is not Ellipsis]
+    args = [a for a in typing.get_args(strip_none(field.annotation)[0]) if a is not Ellipsis]
     return FieldInfo.from_annotation(args[0]) if len(args) == 1 else None
 
 
@@ -171,7 +172,7 @@ def _walk(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | Non
     """The nested model at ``loc`` (field names), or None when ``loc`` leaves the models."""
     for key in loc:
         field = _field(model, key) if isinstance(key, str) else None
-        inner = _strip_none(field.annotation)[0] if field is not None else None
+        inner = strip_none(field.annotation)[0] if field is not None else None
         if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
             return None
         model = inner

@@ -10,13 +10,13 @@ import inspect
 import json
 import logging
 import os
-import types
-from typing import Any, Awaitable, Callable, Iterable, Literal, Optional, TypeVar, Union, get_args, get_origin
+from typing import Any, Awaitable, Callable, Iterable, Literal, Optional, TypeVar, get_origin
 
 import typer
 from pydantic import BaseModel
 from rich.console import Console
 
+from common.options import strip_none
 from orchestrator.config import ReasonerConfig
 
 app = typer.Typer(
@@ -77,28 +77,19 @@ _WORDING: dict[str, dict[str, Any]] = {
 }
 
 
-def _is_optional(annotation: Any) -> bool:
-    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
-
-
-def _inner(annotation: Any) -> Any:
-    return [a for a in get_args(annotation) if a is not type(None)][0] if _is_optional(annotation) else annotation
-
-
 def _flag_type(annotation: Any) -> Any:
     """The type typer parses a field's flag as: a Literal or a tuple of names is a string (the
     model checks it; a tuple or list is given comma-separated); optional stays optional."""
-    if _is_optional(annotation):
-        return Optional[_flag_type(_inner(annotation))]
-    if get_origin(annotation) in (Literal, tuple, list):
-        return str
-    if annotation in (str, int, float, bool) or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
-        return annotation
-    raise TypeError(f"a field of type {annotation} has no flag; declare it in the command")
+    base, nullable = strip_none(annotation)
+    if get_origin(base) in (Literal, tuple, list):
+        base = str
+    elif not (base in (str, int, float, bool) or (isinstance(base, type) and issubclass(base, enum.Enum))):
+        raise TypeError(f"a field of type {annotation} has no flag; declare it in the command")
+    return Optional[base] if nullable else base
 
 
 def _is_list(model: type[BaseModel], name: str) -> bool:
-    return get_origin(_inner(model.model_fields[name].annotation)) in (tuple, list)
+    return get_origin(strip_none(model.model_fields[name].annotation)[0]) in (tuple, list)
 
 
 def flag(model: type[BaseModel], name: str) -> Any:
