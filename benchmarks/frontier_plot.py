@@ -12,27 +12,25 @@ Each point is read from the run's results file (``results`` for latency mode,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workflows.eval.rundir import find_results  # noqa: E402
+from workflows.eval.summary import MODES, recompute  # noqa: E402
 
 MARKERS = {"throughput": "o", "latency": "^"}
 
 
 def points(run_dir: Path) -> list[dict]:
     """(run, arm, mode, n, solved share, target token share) of every arm in both modes."""
-    results = json.loads(find_results(run_dir).read_text())
+    results, _, _ = recompute(run_dir)
     out = []
-    for mode, key in (("latency", "results"), ("throughput", "results_throughput")):
-        for arm, m in (results.get(key) or {}).items():
-            share = m.get("target_token_share")
-            if m.get("num_problems") and share is not None:
-                out.append({"run": run_dir.name, "arm": arm, "mode": mode, "n": m["num_problems"],
-                            "accuracy": m["accuracy"]["strict"], "target_share": share})
+    for mode in reversed(MODES):  # latency, then throughput
+        for arm, m in results.summary(mode).items():
+            if m.num_problems and m.target_token_share is not None:
+                out.append({"run": run_dir.name, "arm": arm, "mode": mode, "n": m.num_problems,
+                            "accuracy": m.accuracy[results.primary], "target_share": m.target_token_share})
     return out
 
 

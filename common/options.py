@@ -79,6 +79,19 @@ def _as_mapping(options: Options | Mapping[str, Any] | None) -> dict[str, Any]:
     raise TypeError(f"options must be an options model or a mapping of option names to values, not {options!r}")
 
 
+M = typing.TypeVar("M", bound=BaseModel)
+
+
+def checked(model: type[M], owner: str, /, **values: Any) -> M:
+    """``model(**values)``; a value it refuses is a ValueError worded by :func:`explain`
+    (the one place a refused setting is put in words). Example: ``checked(BenchSpec, "bench",
+    limit=0)`` raises "bench: limit must be an integer >= 1, or None, got 0"."""
+    try:
+        return model(**values)
+    except ValidationError as e:
+        raise ValueError(explain(model, e, owner)) from None
+
+
 def explain(model: type[BaseModel], error: ValidationError, owner: str) -> str:
     """The first mistake of ``error`` in words: the option (``score.threshold`` inside a
     nested model), what it must be (read from its declared constraints, else pydantic's
@@ -157,7 +170,13 @@ def _literal_values(annotation: Any) -> tuple[Any, ...]:
 
 
 def _field(model: type[BaseModel], key: str) -> FieldInfo | None:
-    return next((f for n, f in model.model_fields.items() if key in (n, f.alias)), None)
+    return next((f for n, f in model.model_fields.items() if key in (n, f.alias, *_choices(f))), None)
+
+
+def _choices(field: FieldInfo) -> tuple[str, ...]:
+    """The names a field is also read under (``AliasChoices``)."""
+    alias = field.validation_alias
+    return tuple(c for c in getattr(alias, "choices", ()) if isinstance(c, str))
 
 
 def _item_field(field: FieldInfo | None) -> FieldInfo | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from common.names import did_you_mean
+from common.registry import Entry, Registry
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, JudgeOptions
 from judges.cascade import CascadeJudge, CascadeOptions
@@ -23,8 +23,7 @@ from judges.score import ScoreJudge, ScoreOptions
 
 
 @dataclass(frozen=True)
-class JudgeEntry:
-    options: type[JudgeOptions]
+class JudgeEntry(Entry):
     build: Callable[[Engine | None, Any], Judge]  # (engine, validated options) -> the judge
 
 
@@ -41,21 +40,19 @@ def _cascade(engine: Engine | None, options: CascadeOptions) -> CascadeJudge:
     return CascadeJudge([JUDGES[r].build(engine, options.rung_options(r)) for r in options.rungs])
 
 
-JUDGES: dict[str, JudgeEntry] = {
-    "score": JudgeEntry(ScoreOptions, _needs_engine("score", ScoreJudge)),
-    "likelihood": JudgeEntry(LikelihoodOptions, _needs_engine("likelihood", LikelihoodJudge)),
-    "exact": JudgeEntry(ExactOptions, lambda engine, options: ExactJudge(options)),
-    "embedding": JudgeEntry(EmbeddingOptions, lambda engine, options: EmbeddingJudge(options)),
-    "llm-equivalence": JudgeEntry(LLMEquivalenceOptions, _needs_engine("llm-equivalence", LLMEquivalenceJudge)),
-    "cascade": JudgeEntry(CascadeOptions, _cascade),
-}
+JUDGES: Registry[JudgeEntry] = Registry("judge", JudgeError, entries=(
+    JudgeEntry("score", ScoreOptions, _needs_engine("score", ScoreJudge)),
+    JudgeEntry("likelihood", LikelihoodOptions, _needs_engine("likelihood", LikelihoodJudge)),
+    JudgeEntry("exact", ExactOptions, lambda engine, options: ExactJudge(options)),
+    JudgeEntry("embedding", EmbeddingOptions, lambda engine, options: EmbeddingJudge(options)),
+    JudgeEntry("llm-equivalence", LLMEquivalenceOptions, _needs_engine("llm-equivalence", LLMEquivalenceJudge)),
+    JudgeEntry("cascade", CascadeOptions, _cascade),
+))
 
 
 def judge_options_model(name: str) -> type[JudgeOptions]:
     """The options model of judge ``name``: validate options with it without building the judge."""
-    if name not in JUDGES:
-        raise JudgeError(f"unknown judge '{name}'.{did_you_mean(name, JUDGES)} Judges: {', '.join(JUDGES)}")
-    return JUDGES[name].options
+    return JUDGES.find(name).options_model
 
 
 def judge_options(name: str) -> tuple[str, ...]:

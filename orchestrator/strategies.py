@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from common.names import did_you_mean
+from common.registry import Entry, Registry
 from orchestrator.arbitrage import ArbitrageOptions, arbitrage, arbitrage_oracle
 from orchestrator.baseline import NoOptions, draft_only, target_only
 from orchestrator.best_of_n import BestOfNOptions, BestOfNTargetOptions, best_of_n, best_of_n_target
@@ -45,11 +45,12 @@ __all__ = ["STRATEGIES", "Strategy", "StrategyError", "check_options", "get_stra
 
 
 @dataclass(frozen=True)
-class Strategy:
-    name: str
+class Strategy(Entry):
+    """A registered strategy: its policy (``run``), its own options (``options_model``: names,
+    defaults, constraints) and what it needs of the models."""
+
     # run(question, *, target, draft, judge, router, governor, rules, budget, on_step, **options) -> Trace
     run: Callable[..., Awaitable[Trace]]
-    options_model: type[StrategyOptions]  # the strategy's own options: names, defaults, constraints
     needs_draft: bool
     default_judge: str | None  # None: the strategy takes no judge
     # Whether the target model writes or judges anything (draft-only: no, so no target engine starts).
@@ -79,34 +80,28 @@ class Strategy:
         return "backoff" in self.options_model.model_fields
 
 
-STRATEGIES: dict[str, Strategy] = {
-    s.name: s
-    for s in (
-        Strategy("target-only", target_only, NoOptions, needs_draft=False, default_judge=None),
-        Strategy("draft-only", draft_only, NoOptions, needs_draft=True, default_judge=None, needs_target=False),
-        Strategy("specreason", specreason, SpecReasonOptions, needs_draft=True, default_judge="likelihood",
-                 target_spec="suffix"),
-        Strategy("lookahead", lookahead, LookaheadOptions, needs_draft=True, default_judge="cascade",
-                 judge_sees_target_step=True),
-        Strategy("spec-thinking", spec_thinking, SpecThinkingOptions, needs_draft=True, default_judge=None),
-        Strategy("arbitrage", arbitrage, ArbitrageOptions, needs_draft=True, default_judge=None, needs_router=True),
-        Strategy("arbitrage-oracle", arbitrage_oracle, NoOptions, needs_draft=True, default_judge="score"),
-        Strategy("tree", tree, TreeOptions, needs_draft=True, default_judge="likelihood", queued_judge=True),
-        Strategy("tree-target", tree_target, TreeTargetOptions, needs_draft=False, default_judge="likelihood",
-                 queued_judge=True),
-        Strategy("best-of-n", best_of_n, BestOfNOptions, needs_draft=True, default_judge="likelihood",
-                 queued_judge=True),
-        Strategy("best-of-n-target", best_of_n_target, BestOfNTargetOptions, needs_draft=False,
-                 default_judge="likelihood", queued_judge=True),
-    )
-}
+STRATEGIES: Registry[Strategy] = Registry("strategy", StrategyError, plural="Strategies", entries=(
+    Strategy("target-only", NoOptions, target_only, needs_draft=False, default_judge=None),
+    Strategy("draft-only", NoOptions, draft_only, needs_draft=True, default_judge=None, needs_target=False),
+    Strategy("specreason", SpecReasonOptions, specreason, needs_draft=True, default_judge="likelihood",
+             target_spec="suffix"),
+    Strategy("lookahead", LookaheadOptions, lookahead, needs_draft=True, default_judge="cascade",
+             judge_sees_target_step=True),
+    Strategy("spec-thinking", SpecThinkingOptions, spec_thinking, needs_draft=True, default_judge=None),
+    Strategy("arbitrage", ArbitrageOptions, arbitrage, needs_draft=True, default_judge=None, needs_router=True),
+    Strategy("arbitrage-oracle", NoOptions, arbitrage_oracle, needs_draft=True, default_judge="score"),
+    Strategy("tree", TreeOptions, tree, needs_draft=True, default_judge="likelihood", queued_judge=True),
+    Strategy("tree-target", TreeTargetOptions, tree_target, needs_draft=False, default_judge="likelihood",
+             queued_judge=True),
+    Strategy("best-of-n", BestOfNOptions, best_of_n, needs_draft=True, default_judge="likelihood",
+             queued_judge=True),
+    Strategy("best-of-n-target", BestOfNTargetOptions, best_of_n_target, needs_draft=False,
+             default_judge="likelihood", queued_judge=True),
+))
 
 
 def get_strategy(name: str) -> Strategy:
-    if name not in STRATEGIES:
-        raise StrategyError(f"unknown strategy '{name}'.{did_you_mean(name, STRATEGIES)} "
-                            f"Strategies: {', '.join(STRATEGIES)}")
-    return STRATEGIES[name]
+    return STRATEGIES.find(name)
 
 
 def check_options(strategy: Strategy, options: Mapping[str, Any]) -> StrategyOptions:

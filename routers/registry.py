@@ -8,18 +8,24 @@ the router (a router file is not read).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.names import did_you_mean
+from common.registry import Entry, Registry
 from routers.base import Router, RouterError, RouterOptions
 from routers.learned import LearnedOptions, LearnedRouter
 from routers.threshold import ThresholdOptions, ThresholdRouter
 
-# Routers by name: (options model, builder from validated options).
-ROUTERS: dict[str, tuple[type[RouterOptions], Callable[[Any], Router]]] = {
-    "threshold": (ThresholdOptions, ThresholdRouter),
-}
+
+@dataclass(frozen=True)
+class RouterEntry(Entry):
+    build: Callable[[Any], Router]  # validated options -> the router
+
+
+ROUTERS: Registry[RouterEntry] = Registry("router", RouterError, entries=(
+    RouterEntry("threshold", ThresholdOptions, ThresholdRouter),
+), hint="Give 'threshold' or the path of a router file (train one with `stepspec router train`)")
 
 
 def _is_router_file(spec: str) -> bool:
@@ -28,12 +34,9 @@ def _is_router_file(spec: str) -> bool:
 
 def router_options_model(spec: str) -> type[RouterOptions]:
     """The options model of router ``spec`` (a name, or a router file's path)."""
-    if spec in ROUTERS:
-        return ROUTERS[spec][0]
-    if _is_router_file(spec):
+    if spec not in ROUTERS and _is_router_file(spec):
         return LearnedOptions
-    raise RouterError(f"unknown router '{spec}'.{did_you_mean(spec, ROUTERS)} Give 'threshold' or the path of a "
-                      "router file (train one with `stepspec router train`)")
+    return ROUTERS.find(spec).options_model
 
 
 def make_router(spec: str | Router, **options: Any) -> Router:
@@ -47,5 +50,5 @@ def make_router(spec: str | Router, **options: Any) -> Router:
         return spec
     validated = router_options_model(spec).parse(options, owner=f"router '{spec}'")
     if spec in ROUTERS:
-        return ROUTERS[spec][1](validated)
+        return ROUTERS[spec].build(validated)
     return LearnedRouter.load(spec, validated)

@@ -117,13 +117,13 @@ def test_the_budget_is_declared_once_frozen_and_hashable():
     assert hash(Budget(max_tokens=9)) == hash(Budget(max_tokens=9)) and len({b, Budget()}) == 1
     with pytest.raises(Exception):
         b.max_tokens = 5
-    for bad, message in ((dict(max_steps=0), "budget max_steps must be >= 1, got 0"),
-                         (dict(max_step_tokens=-1), "budget max_step_tokens must be >= 1, got -1"),
-                         (dict(max_cut_steps=0), "budget max_cut_steps must be >= 1 or None, got 0"),
-                         (dict(timeout=0), "budget max_seconds must be > 0")):
+    for bad, message in ((dict(max_steps=0), "budget: max_steps must be an integer >= 1, got 0"),
+                         (dict(max_step_tokens=-1), "budget: max_step_tokens must be an integer >= 1, got -1"),
+                         (dict(max_cut_steps=0), "budget: max_cut_steps must be an integer >= 1, or None, got 0"),
+                         (dict(timeout=0), "budget: timeout must be > 0, or None, got 0")):
         with pytest.raises(ValueError, match=message):
             Budget(**bad)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'max_token'. Did you mean 'max_tokens'"):
+    with pytest.raises(TypeError, match="budget has no option 'max_token'. Did you mean 'max_tokens'"):
         Budget(max_token=5)
     assert Budget(max_cut_steps=None).max_cut_steps is None
 

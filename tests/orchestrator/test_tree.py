@@ -527,10 +527,10 @@ def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path
                      strategy_options={"tree": {"k": 2, "beam": 2}, "tree-target": {"k": 2, "beam": 2},
                                        "best-of-n": {"n": 3}, "best-of-n-target": {"n": 3}})
     results = asyncio.run(run_bench(spec, tmp_path / "run", engines=engines()))
-    r = results["results"]
-    assert r["tree"]["speedup"]["over"] == "tree-target" and r["best-of-n"]["speedup"]["over"] == "best-of-n-target"
-    assert r["tree-target"]["speedup"]["over"] == "target-only" and r["tree-target"]["accuracy"]["exact"] == 1.0
-    assert all(r[s]["num_problems"] == 3 for s in spec.strategies)
+    r = results.results
+    assert r["tree"].speedup.over == "tree-target" and r["best-of-n"].speedup.over == "best-of-n-target"
+    assert r["tree-target"].speedup.over == "target-only" and r["tree-target"].accuracy["exact"] == 1.0
+    assert all(r[s].num_problems == 3 for s in spec.strategies)
     report = (tmp_path / "run" / "report.md").read_text()
     assert "(vs tree-target)" in report and "(vs best-of-n-target)" in report
 

@@ -409,14 +409,14 @@ def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
                      strategies=("target-only", "specreason", "arbitrage", "arbitrage-oracle"),
                      strategy_options={"arbitrage": {"router": "threshold"}, "specreason": {"judge": "score"}})
     results = asyncio.run(run_bench(spec, tmp_path / "run", engines=engines()))
-    assert results["status"] == "complete"
-    assert results["run"]["sessions"][-1]["routers"] == {
+    assert results.status == "complete"
+    assert results.run.sessions[-1].routers == {
         "arbitrage": {"name": "threshold", "min_confidence": 0.6, "statistic": "mean"}}
     for s in spec.strategies:
-        assert results["results"][s]["num_problems"] == 4
+        assert results.results[s].num_problems == 4
     oracle = read_samples(tmp_path / "run" / "samples_p_arbitrage-oracle.jsonl")
     # the judge rates a wrong boxed answer 0 and the target is always right: the oracle is always right
-    assert all(r["correct"]["exact"] for r in oracle)
+    assert all(r.is_correct("exact") for r in oracle)
 
 
 # -- collection on tiny real models ------------------------------------------------------

@@ -7,11 +7,13 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import BaseModel
 
 from fake_engine import ScriptedEngine
 from scripted import engines, write_problems
 from workflows.eval.bench import BenchSpec
 from workflows.eval.bench_run import run_bench
+from workflows.eval.results import Results, Sample
 from workflows.eval.rundir import BenchError, read_samples
 from workflows.eval.report import profile_table, table, wave_table
 from workflows.eval.summary import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
@@ -47,9 +49,16 @@ TIMING = {"seconds", "model_seconds", "draft_seconds", "judge_seconds", "target_
           "problems_per_minute", "session", "share", "tokens_per_second", "ceiling"}
 
 
+def ran(coro):
+    """A bench run's results file, as it was written."""
+    return asyncio.run(coro).file()
+
+
 def untimed(obj):
     """A result or sample with the wall-clock fields (which differ from run to run) and the
     session that solved it left out."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
     if isinstance(obj, dict):
         return {k: untimed(v) for k, v in obj.items() if k not in TIMING}
     if isinstance(obj, list):
@@ -59,7 +68,7 @@ def untimed(obj):
 
 def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 4)
-    results = asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+    results = ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     assert results["status"] == "complete"
     m = results["results"]
     assert m["target-only"]["accuracy"]["exact"] == 1.0
@@ -78,10 +87,10 @@ def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     assert 0 <= saved["overhead"]["solve_share"] <= 1 and saved["overhead"]["loop_seconds"] > 0
     for s in STRATEGIES:
         rows = read_samples(run / f"samples_add_{s}.jsonl")
-        assert [r["doc_id"] for r in rows] == [0, 1, 2, 3]
-        assert {"question", "reference", "response", "answer", "correct", "trace", "seconds"} <= set(rows[0])
+        assert [r.doc_id for r in rows] == [0, 1, 2, 3]
+        assert {"question", "reference", "response", "answer", "correct", "trace", "seconds"} <= set(rows[0].line())
     # interleaved: on problem k the strategies start at position k (mod 3), so each goes first in turn
-    firsts = [next(s for s in STRATEGIES if read_samples(run / f"samples_add_{s}.jsonl")[k]["position"] == 0)
+    firsts = [next(s for s in STRATEGIES if read_samples(run / f"samples_add_{s}.jsonl")[k].position == 0)
               for k in range(3)]
     assert firsts == list(STRATEGIES)
     report = (run / "report.md").read_text()
@@ -91,17 +100,17 @@ def test_strategies_side_by_side_write_results_samples_and_report(tmp_path):
     for plot in PLOTS:
         assert (run / plot).stat().st_size > 1000
     # the run is finished: resuming it solves nothing and changes no metric
-    again = asyncio.run(run_bench(spec_for(data), run, resume=True, engines=engines()))
+    again = ran(run_bench(spec_for(data), run, resume=True, engines=engines()))
     assert untimed(again["results"]) == untimed(results["results"])
     assert len(again["run"]["sessions"]) == 1  # no session added: it had nothing to run
 
 
 def test_resume_after_ctrl_c_gives_the_same_results_as_an_uninterrupted_run(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 5)
-    whole = asyncio.run(run_bench(spec_for(data), tmp_path / "whole", engines=engines()))
+    whole = ran(run_bench(spec_for(data), tmp_path / "whole", engines=engines()))
 
     with pytest.raises(KeyboardInterrupt):
-        asyncio.run(run_bench(spec_for(data), tmp_path / "cut", engines=engines(), progress=StopAfter(7)))
+        ran(run_bench(spec_for(data), tmp_path / "cut", engines=engines(), progress=StopAfter(7)))
     (results_file,) = (tmp_path / "cut").glob("results_*.json")
     cut = json.loads(results_file.read_text())
     assert cut["status"] == "interrupted" and "KeyboardInterrupt" in cut["run"]["sessions"][0]["error"]
@@ -110,49 +119,49 @@ def test_resume_after_ctrl_c_gives_the_same_results_as_an_uninterrupted_run(tmp_
     with open(tmp_path / "cut" / "samples_add_specreason.jsonl", "a") as f:
         f.write('{"doc_id": 4, "strat')
 
-    resumed = asyncio.run(run_bench(spec_for(data, limit=1), tmp_path / "cut", resume=True, engines=engines()))
+    resumed = ran(run_bench(spec_for(data, limit=1), tmp_path / "cut", resume=True, engines=engines()))
     assert resumed["status"] == "complete" and len(resumed["run"]["sessions"]) == 2
     assert resumed["config"]["limit"] is None  # the run's own config, not the caller's
     assert untimed(resumed) == untimed(whole)
     for s in STRATEGIES:
         a = read_samples(tmp_path / "whole" / f"samples_add_{s}.jsonl")
-        b = sorted(read_samples(tmp_path / "cut" / f"samples_add_{s}.jsonl"), key=lambda r: r["doc_id"])
+        b = sorted(read_samples(tmp_path / "cut" / f"samples_add_{s}.jsonl"), key=lambda r: r.doc_id)
         assert untimed(a) == untimed(b)
 
 
 def test_a_run_from_before_engines_took_a_dtype_resumes_in_float32_as_it_ran(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 2)
-    asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+    ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     (results_file,) = (tmp_path / "run").glob("results_*.json")
     saved = json.loads(results_file.read_text())
     assert saved["config"]["target_dtype"] == saved["config"]["draft_dtype"] == "auto"  # a new run: auto
     for key in ("target_dtype", "draft_dtype"):
         del saved["config"][key]  # as an older run saved it: on a CPU, auto meant float32 then
     results_file.write_text(json.dumps(saved))
-    resumed = asyncio.run(run_bench(spec_for(data), tmp_path / "run", resume=True, engines=engines()))
+    resumed = ran(run_bench(spec_for(data), tmp_path / "run", resume=True, engines=engines()))
     assert resumed["config"]["target_dtype"] == resumed["config"]["draft_dtype"] == "float32"
 
 
 def test_a_run_directory_is_not_overwritten_and_a_broken_samples_file_is_named(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 2)
-    asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+    ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     with pytest.raises(BenchError, match="already holds a run; resume it with --resume"):
-        asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+        ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     path = tmp_path / "run" / "samples_add_draft-only.jsonl"
     lines = path.read_text().splitlines()
     path.write_text(lines[0][:20] + "\n" + lines[1] + "\n")
     with pytest.raises(BenchError, match=r"samples_add_draft-only.jsonl:1: malformed sample line"):
-        asyncio.run(run_bench(spec_for(data), tmp_path / "run", resume=True, engines=engines()))
+        ran(run_bench(spec_for(data), tmp_path / "run", resume=True, engines=engines()))
     with pytest.raises(BenchError, match="holds no results"):
-        asyncio.run(run_bench(spec_for(data), tmp_path / "empty", resume=True, engines=engines()))
+        ran(run_bench(spec_for(data), tmp_path / "empty", resume=True, engines=engines()))
 
 
 def test_bad_specs_fail_before_any_engine_starts(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 2)
     with pytest.raises(ValueError, match="unknown strategy 'spec-reason'"):
-        asyncio.run(run_bench(spec_for(data).model_copy(update={"strategies": ("spec-reason",)}), tmp_path / "r"))
+        ran(run_bench(spec_for(data).model_copy(update={"strategies": ("spec-reason",)}), tmp_path / "r"))
     with pytest.raises(ValueError, match="options given for strategies not in the run: lookahead"):
-        asyncio.run(run_bench(spec_for(data, strategy_options={"lookahead": {"gamma": 2}}), tmp_path / "r"))
+        ran(run_bench(spec_for(data, strategy_options={"lookahead": {"gamma": 2}}), tmp_path / "r"))
     with pytest.raises(ValueError, match="extra_forbidden|Extra inputs"):
         BenchSpec(datset="gsm8k")
     assert not (tmp_path / "r").exists()
@@ -160,7 +169,7 @@ def test_bad_specs_fail_before_any_engine_starts(tmp_path):
 
 def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 3)
-    asyncio.run(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
+    ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     for f in ["report.md", *PLOTS]:
         (tmp_path / "run" / f).unlink()
     r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report",
@@ -193,7 +202,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     (["--mode", "fast"], "--mode is latency, throughput or both"),
     (["--mode", "throughput", "--latency-limit", "5"], "apply to latency mode, which is not in this run"),
     (["--mode", "latency", "--throughput-wave", "5"], "--throughput-wave applies to throughput mode"),
-    (["--mode", "throughput", "--throughput-wave", "0"], "throughput_wave: Input should be greater than or equal to 1"),
+    (["--mode", "throughput", "--throughput-wave", "0"], "bench: throughput_wave must be an integer >= 1, or None, got 0"),
     (["--mode", "both", "--latency-strategies", "target-only,sr"], "--latency-strategies: sr not in --strategies"),
 ])
 def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, message):
@@ -257,7 +266,7 @@ def arm_spec(data, options=ARM_OPTIONS, **kw):
 
 def test_arms_run_one_strategy_under_several_labels(tmp_path):
     data = write_problems(tmp_path / "add.jsonl", 4)
-    results = asyncio.run(run_bench(arm_spec(data), tmp_path / "run", engines=engines()))
+    results = ran(run_bench(arm_spec(data), tmp_path / "run", engines=engines()))
     m = results["results"]
     assert list(m) == list(ARMS)
     assert m["sr-strict"]["accuracy"]["exact"] == 1.0 and m["sr-lax"]["accuracy"]["exact"] == 0.5
@@ -268,15 +277,15 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
                                                             "first_target_steps": 0}, "target_spec": "suffix"}
     for arm in ARMS:
         rows = read_samples(tmp_path / "run" / f"samples_add_{arm}.jsonl")
-        assert [r["doc_id"] for r in rows] == [0, 1, 2, 3] and {r["strategy"] for r in rows} == {arm}
+        assert [r.doc_id for r in rows] == [0, 1, 2, 3] and {r.strategy for r in rows} == {arm}
     lax = read_samples(tmp_path / "run" / "samples_add_sr-lax.jsonl")
-    assert {r["trace"]["strategy"] for r in lax} == {"specreason"}
+    assert {r.trace.strategy for r in lax} == {"specreason"}
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| sr-lax | latency | 4 | 50.0% ± 28.9% | 2 / 0 / +2 |" in report
     assert ("* `sr-lax`: `specreason`; judge `score`; judge=\"score\", judge_options={\"threshold\": 0}, "
             "first_target_steps=0") in report
     # the saved config reads back: a resumed run finds every arm done
-    again = asyncio.run(run_bench(arm_spec(data), tmp_path / "run", resume=True, engines=engines()))
+    again = ran(run_bench(arm_spec(data), tmp_path / "run", resume=True, engines=engines()))
     assert untimed(again["results"]) == untimed(results["results"])
 
 
@@ -287,15 +296,15 @@ def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkey
     data = write_problems(tmp_path / "add.jsonl", 2)
     no_strategy = {k: {o: v for o, v in opts.items() if o != "strategy"} for k, opts in ARM_OPTIONS.items()}
     with pytest.raises(ValueError, match=r"unknown strategy 'sr-strict'\. .*--opt sr-strict\.strategy=NAME"):
-        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": no_strategy}), tmp_path / "r"))
+        ran(run_bench(arm_spec(data).model_copy(update={"strategy_options": no_strategy}), tmp_path / "r"))
     with pytest.raises(ValueError, match="unknown strategy 'specreasn'. Did you mean 'specreason'"):
-        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
+        ran(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
             **ARM_OPTIONS, "sr-lax": {"strategy": "specreasn"}}}), tmp_path / "r"))
     with pytest.raises(ValueError, match="'specreason' is the name of a strategy"):
-        asyncio.run(run_bench(spec_for(data, strategy_options={"specreason": {"strategy": "lookahead"}}),
+        ran(run_bench(spec_for(data, strategy_options={"specreason": {"strategy": "lookahead"}}),
                               tmp_path / "r"))
     with pytest.raises(ValueError, match="arm 'sr-lax' \\(specreason\\): .*threshold must be within 0..9"):
-        asyncio.run(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
+        ran(run_bench(arm_spec(data).model_copy(update={"strategy_options": {
             **ARM_OPTIONS, "sr-lax": {"strategy": "specreason", "judge": "score",
                                       "judge_options": {"threshold": 12}}}}), tmp_path / "r"))
     assert not (tmp_path / "r").exists()
@@ -313,7 +322,7 @@ def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_
 
     monkeypatch.setattr(bench, "build_engines", fake_build)
     data = write_problems(tmp_path / "add.jsonl", 6)
-    results = asyncio.run(run_bench(arm_spec(data, modes=("throughput",), max_num_seqs=4), tmp_path / "run"))
+    results = ran(run_bench(arm_spec(data, modes=("throughput",), max_num_seqs=4), tmp_path / "run"))
     # target-only's target and specreason's (each strategy's token method), one draft; raised to the problems at once
     assert {role: c.max_num_seqs for role, c in built.items()} == {"target (draft)": 6, "target (suffix)": 6, "draft": 6}
     assert results["status"] == "complete" and results["results"] == {}
@@ -324,8 +333,8 @@ def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_
     assert not list(run.glob("samples_add_sr-lax.jsonl"))  # no latency samples
     for arm in ARMS:
         rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == list(range(6))
-        assert {r["mode"] for r in rows} == {"throughput"} and {r["strategy"] for r in rows} == {arm}
+        assert sorted(r.doc_id for r in rows) == list(range(6))
+        assert {r.mode for r in rows} == {"throughput"} and {r.strategy for r in rows} == {arm}
         wall = results["run"]["throughput"][arm]
         assert wall["status"] == "complete" and wall["num_problems"] == 6 and wall["num_solved"] == 6
         assert wall["wall_seconds"] > 0
@@ -334,11 +343,11 @@ def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_
     # sr-lax keeps the draft's wrong answers on odd problems, except where the goodput
     # governor, under load, had the target write a step instead (a backoff step)
     lax = read_samples(run / "samples_add_sr-lax_throughput.jsonl")
-    wrong = {r["doc_id"] for r in lax if not r["correct"]["exact"]}
-    assert wrong == {r["doc_id"] for r in lax if r["doc_id"] % 2
-                     and all(step["author"] == "draft" for step in r["trace"]["steps"])}
+    wrong = {r.doc_id for r in lax if not r.correct["exact"]}
+    assert wrong == {r.doc_id for r in lax if r.doc_id % 2
+                     and all(step.author == "draft" for step in r.steps)}
     assert tp["sr-lax"]["paired"]["lost"] == tp["sr-lax"]["paired"]["net"] == len(wrong)
-    assert tp["sr-lax"]["num_backoff_steps"] == sum(r["stats"]["num_backoff_steps"] for r in lax)
+    assert tp["sr-lax"]["num_backoff_steps"] == sum(r.stats.num_backoff_steps for r in lax)
     walls = results["run"]["throughput"]
     assert tp["sr-lax"]["throughput"]["speedup"] == pytest.approx(walls["target-only"]["wall_seconds"]
                                                                   / walls["sr-lax"]["wall_seconds"])
@@ -369,7 +378,7 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
     data = write_problems(tmp_path / "add.jsonl", 4)
     run = tmp_path / "run"
     with pytest.raises(asyncio.CancelledError):  # stopped during sr-strict, the second arm
-        asyncio.run(run_bench(arm_spec(data, modes=("throughput",)), run, engines=slow_engines(),
+        ran(run_bench(arm_spec(data, modes=("throughput",)), run, engines=slow_engines(),
                               progress=CancelAfter(6)))
     (results_file,) = run.glob("results_*.json")
     cut = json.loads(results_file.read_text())
@@ -382,14 +391,14 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
 
     target, draft = slow_engines()
     with caplog.at_level("WARNING", logger="workflows.eval"):
-        done = asyncio.run(run_bench(arm_spec(data), run, resume=True, engines=(target, draft)))
+        done = ran(run_bench(arm_spec(data), run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-strict is incomplete" in caplog.text and "running it again" in caplog.text
     assert done["status"] == "complete" and done["config"]["modes"] == ["throughput"]  # the run's own config
     assert (run / "samples_add_target-only_throughput.jsonl").read_text() == first  # skipped, untouched
     assert target.num_resets == 2  # sr-strict and sr-lax ran, target-only did not
     for arm in ARMS:
         rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3]  # every problem once
+        assert sorted(r.doc_id for r in rows) == [0, 1, 2, 3]  # every problem once
         assert done["run"]["throughput"][arm]["status"] == "complete"
     assert done["results_throughput"]["sr-strict"]["accuracy"]["exact"] == 1.0
     # target-only was timed in the first session, the other arms in the second: no speedup across them
@@ -409,7 +418,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     # wave 1: target-only, sr-strict, sr-lax; wave 2 (rotated): sr-strict, sr-lax, target-only;
     # stopped at the 9th sample, inside sr-lax's wave 2
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(9)))
+        ran(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(9)))
     cut_results = json.loads(next(run.glob("results_*.json")).read_text())
     cut = cut_results["run"]["throughput"]
     assert [w["status"] for w in cut["target-only"]["waves"]] == ["complete"]
@@ -417,7 +426,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     assert [w["status"] for w in cut["sr-lax"]["waves"]] == ["complete", "interrupted"]
     assert [w["problems"] for w in cut["sr-strict"]["waves"]] == [[0, 1], [2, 3]]
     strict = (run / "samples_add_sr-strict_throughput.jsonl").read_text()
-    header, rows = wave_table(cut_results, {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl")
+    header, rows = wave_table(Results.model_validate(cut_results), {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl")
                                             for arm in ARMS})
     col = {name: i for i, name in enumerate(header)}
     assert [row[col["sr-lax wall s (session)"]] for row in rows][1:] == ["interrupted", "not run"]
@@ -425,7 +434,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
 
     target, draft = slow_engines()
     with caplog.at_level("WARNING", logger="workflows.eval"):
-        done = asyncio.run(run_bench(spec, run, resume=True, engines=(target, draft)))
+        done = ran(run_bench(spec, run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-lax (wave 2 of 3) is incomplete" in caplog.text
     assert "status interrupted" in caplog.text  # the wave's record as the stopped session left it
     assert done["status"] == "complete"
@@ -434,7 +443,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     walls = done["run"]["throughput"]
     for arm in ARMS:
         rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == list(range(6))  # every problem once
+        assert sorted(r.doc_id for r in rows) == list(range(6))  # every problem once
         assert walls[arm]["status"] == "complete"
         assert walls[arm]["wall_seconds"] == pytest.approx(sum(w["wall_seconds"] for w in walls[arm]["waves"]))
     assert [w["session"] for w in walls["target-only"]["waves"]] == [0, 1, 1]
@@ -444,7 +453,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     # (wave 3) restores what the last wave's had measured, as a server keeps it
     decided = [sum(w["governor"]["decisions"].values()) for w in walls["sr-strict"]["waves"]]
     assert decided[0] < decided[1] < decided[2]
-    assert "governor" not in walls["target-only"]["waves"][0]
+    assert walls["target-only"]["waves"][0]["governor"] is None  # it drafts nothing
     base = [w["wall_seconds"] for w in walls["target-only"]["waves"]]
     strict_walls = [w["wall_seconds"] for w in walls["sr-strict"]["waves"]]
     tp = done["results_throughput"]
@@ -460,7 +469,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     assert "in waves of 2" in report
     # the report's wave table: one row per wave, the draft wrong on odd problems (sr-lax loses one of each wave's
     # two), the speedup only where one session timed both arms
-    header, rows = wave_table(done, {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl") for arm in ARMS})
+    header, rows = wave_table(Results.model_validate(done), {arm: read_samples(run / f"samples_add_{arm}_throughput.jsonl") for arm in ARMS})
     col = {name: i for i, name in enumerate(header)}
     assert [row[:2] for row in rows] == [["1", "#0-1"], ["2", "#2-3"], ["3", "#4-5"]]
     assert [row[col["sr-lax right"]] for row in rows] == ["1/2"] * 3
@@ -481,37 +490,37 @@ def test_a_resume_can_run_one_of_the_runs_modes_and_latency_pairs_within_a_sessi
     run = tmp_path / "run"
     spec = arm_spec(data, modes=("throughput", "latency"), throughput_wave=2)
     with pytest.raises(asyncio.CancelledError):  # stopped in wave 2 of throughput, before any latency solve
-        asyncio.run(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(8)))
+        ran(run_bench(spec, run, engines=slow_engines(), progress=CancelAfter(8)))
     throughput_files = {arm: (run / f"samples_add_{arm}_throughput.jsonl").read_text() for arm in ARMS}
     with pytest.raises(BenchError, match=r"modes throughput are not among the run's \(latency\)"):
-        asyncio.run(run_bench(arm_spec(data), tmp_path / "other", engines=engines(), modes=("throughput",)))
+        ran(run_bench(arm_spec(data), tmp_path / "other", engines=engines(), modes=("throughput",)))
 
-    part = asyncio.run(run_bench(spec, run, resume=True, engines=slow_engines(), modes=("latency",)))
+    part = ran(run_bench(spec, run, resume=True, engines=slow_engines(), modes=("latency",)))
     assert part["status"] == "incomplete" and part["run"]["sessions"][1]["modes"] == ["latency"]
     for arm in ARMS:
         rows = read_samples(run / f"samples_add_{arm}.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3] and {r["session"] for r in rows} == {1}
+        assert sorted(r.doc_id for r in rows) == [0, 1, 2, 3] and {r.session for r in rows} == {1}
         assert (run / f"samples_add_{arm}_throughput.jsonl").read_text() == throughput_files[arm]  # untouched
     assert part["run"]["throughput"]["sr-strict"]["waves"][1]["status"] == "interrupted"
     assert part["results"]["sr-strict"]["speedup"]["num_problems"] == 4
     assert "; latency only)" in (run / "report.md").read_text()  # the session that ran one mode
     with pytest.raises(BenchError, match=r"latency mode is done; resume it without a mode to run the rest "
                                          r"\(throughput\)"):
-        asyncio.run(run_bench(spec, run, resume=True, engines=engines(), modes=("latency",)))
+        ran(run_bench(spec, run, resume=True, engines=engines(), modes=("latency",)))
 
-    done = asyncio.run(run_bench(spec, run, resume=True, engines=slow_engines()))
+    done = ran(run_bench(spec, run, resume=True, engines=slow_engines()))
     assert done["status"] == "complete" and done["run"]["sessions"][-1]["modes"] == ["throughput", "latency"]
     for arm in ARMS:
         rows = read_samples(run / f"samples_add_{arm}_throughput.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == [0, 1, 2, 3]
-        assert all(r["session"] == w["session"] for w in done["run"]["throughput"][arm]["waves"]
-                   for r in rows if r["doc_id"] in w["problems"])
+        assert sorted(r.doc_id for r in rows) == [0, 1, 2, 3]
+        assert all(r.session == w["session"] for w in done["run"]["throughput"][arm]["waves"]
+                   for r in rows if r.doc_id in w["problems"])
 
     # a problem whose two solves straddle sessions counts for accuracy, not for speed
     latency = {arm: read_samples(run / f"samples_add_{arm}.jsonl") for arm in ARMS}
-    latency["sr-strict"][0]["session"] = 2
+    latency["sr-strict"][0].session = 2
     moved = summarize(latency, ["exact"], "target-only")["sr-strict"]
-    assert moved["speedup"]["num_problems"] == 3 and moved["paired"]["num_problems"] == 4
+    assert moved.speedup.num_problems == 3 and moved.paired.num_problems == 4
 
 
 def test_both_modes_with_a_latency_subset(tmp_path):
@@ -519,10 +528,10 @@ def test_both_modes_with_a_latency_subset(tmp_path):
     target, draft = slow_engines()
     spec = arm_spec(data, modes=("throughput", "latency"), latency_limit=2,
                     latency_strategies=("target-only", "sr-lax"))
-    results = asyncio.run(run_bench(spec, tmp_path / "run", engines=(target, draft)))
+    results = ran(run_bench(spec, tmp_path / "run", engines=(target, draft)))
     run = tmp_path / "run"
     assert list(results["results"]) == ["target-only", "sr-lax"]
-    assert [r["doc_id"] for r in read_samples(run / "samples_add_sr-lax.jsonl")] == [0, 1]
+    assert [r.doc_id for r in read_samples(run / "samples_add_sr-lax.jsonl")] == [0, 1]
     assert not (run / "samples_add_sr-strict.jsonl").exists()
     assert all(len(read_samples(run / f"samples_add_{arm}_throughput.jsonl")) == 5 for arm in ARMS)
     # latency: one problem at a time, a reset before each of its 4 solves; throughput: one per arm
@@ -535,13 +544,16 @@ def test_both_modes_with_a_latency_subset(tmp_path):
     assert "**Latency mode**: 2 problems" in report
 
 
-def _record(doc, correct, seconds=1.0, drafted=0, judge_seconds=0.0, cut=0, backoff=0):
+def _record(doc, correct, seconds=1.0, drafted=0, judge_seconds=0.0, cut=0, backoff=0, steps=()):
     stats = {"num_tokens": 10, "num_accepted_steps": drafted - cut, "num_drafted_steps": drafted,
              "num_target_tokens": 5, "num_generated_tokens": {}, "num_target_calls": 1, "num_judge_calls": drafted,
              "spec_decoding": {}, "num_cut_steps": cut, "num_backoff_steps": backoff, "num_kept_draft_tokens": 0,
              "judge_seconds": judge_seconds}
-    return {"doc_id": doc, "correct": {"exact": correct}, "error": None, "seconds": seconds, "model_seconds": seconds,
-            "stop_reason": "answer", "stats": stats, "trace": {"steps": []}}
+    trace = {"question": "q", "strategy": "s", "steps": list(steps), "answer": None, "stop_reason": "answer",
+             "seconds": seconds}
+    return Sample.model_validate({"doc_id": doc, "strategy": "s", "correct": {"exact": correct}, "error": None,
+                                  "seconds": seconds, "model_seconds": seconds, "stop_reason": "answer",
+                                  "stats": stats, "trace": trace})
 
 
 def test_paired_counts_and_judge_time_on_hand_made_records():
@@ -549,26 +561,28 @@ def test_paired_counts_and_judge_time_on_hand_made_records():
     arm = [_record(d, c, drafted=4, judge_seconds=2.0, cut=1, backoff=2)
            for d, c in enumerate([False, True, True, True, False, True])]  # doc 5: no baseline to pair with
     worse = [_record(d, c, drafted=2, judge_seconds=0.5) for d, c in enumerate([False, False, True, False, False])]
-    assert paired_counts(arm, base, "exact") == {"metric": "exact", "num_problems": 5, "lost": 1, "gained": 1,
-                                                 "net": 0, "accuracy": 0.6, "baseline_accuracy": 0.6}
+    assert paired_counts(arm, base, "exact").model_dump() == {
+        "metric": "exact", "num_problems": 5, "lost": 1, "gained": 1, "net": 0, "accuracy": 0.6,
+        "baseline_accuracy": 0.6, "over": None}
     out = summarize({"target-only": base, "lik": arm, "sr-score": worse}, ["exact"],
                     judges={"lik": "likelihood", "sr-score": "score", "target-only": None})
-    assert (out["sr-score"]["paired"]["lost"], out["sr-score"]["paired"]["gained"],
-            out["sr-score"]["paired"]["net"]) == (2, 0, 2)
-    assert out["target-only"]["paired"]["net"] == 0
-    assert out["lik"]["num_cut_steps"] == 6 and out["lik"]["num_backoff_steps"] == 12
-    assert out["lik"]["judge_seconds_per_drafted_step"] == 0.5  # 12 s over 24 drafted steps
-    assert out["sr-score"]["judge_seconds_per_drafted_step"] == 0.25
-    assert out["lik"]["judge_seconds_vs_score"] == {"over": "sr-score", "ratio": 2.0}
-    assert out["target-only"]["judge_seconds_per_drafted_step"] is None
+    score = out["sr-score"].paired
+    assert (score.lost, score.gained, score.net, score.over) == (2, 0, 2, "target-only")
+    assert out["target-only"].paired.net == 0
+    assert out["lik"].num_cut_steps == 6 and out["lik"].num_backoff_steps == 12
+    assert out["lik"].judge_seconds_per_drafted_step == 0.5  # 12 s over 24 drafted steps
+    assert out["sr-score"].judge_seconds_per_drafted_step == 0.25
+    assert out["lik"].judge_seconds_vs_score.model_dump() == {"over": "sr-score", "ratio": 2.0}
+    assert out["target-only"].judge_seconds_per_drafted_step is None
     # a baseline that ran only in the other mode still pairs
     alone = summarize({"lik": arm}, ["exact"], fallback={"target-only": base}, fallback_name="throughput")
-    assert alone["lik"]["paired"]["over"] == "target-only (throughput)" and alone["lik"]["paired"]["lost"] == 1
+    assert alone["lik"].paired.over == "target-only (throughput)" and alone["lik"].paired.lost == 1
 
 
 def _step(author, draft=(0, 0.0), target=(0, 0.0), judge_seconds=0.0, accepted=None, kept=0):
-    return {"author": author, "num_draft_tokens": draft[0], "draft_seconds": draft[1], "num_target_tokens": target[0],
-            "target_seconds": target[1], "judge_seconds": judge_seconds, "accepted": accepted, "num_kept_tokens": kept}
+    return {"index": 0, "text": "", "author": author, "num_draft_tokens": draft[0], "draft_seconds": draft[1],
+            "num_target_tokens": target[0], "target_seconds": target[1], "judge_seconds": judge_seconds,
+            "accepted": accepted, "num_kept_tokens": kept}
 
 
 def test_phase_profile_splits_the_wall_time_by_author_and_counts_the_thrown_away_draft():
@@ -576,63 +590,66 @@ def test_phase_profile_splits_the_wall_time_by_author_and_counts_the_thrown_away
     (2 s) judged in 0.5 s and cut after 30, the target's 12 tokens after the cut (1.5 s); 10 s wall."""
     steps = [_step("target", target=(60, 5.0)),
              _step("target", draft=(40, 2.0), target=(12, 1.5), judge_seconds=0.5, accepted=False, kept=30)]
-    record = {**_record(0, True, seconds=10.0), "trace": {"steps": steps}}
-    record["stats"]["judge_seconds"] = 0.5
-    p = phase_profile([record])
-    assert p["seconds"] == {"draft": 2.0, "target": 6.5, "verify": 0.5, "other": 1.0}
-    assert p["share"] == {"draft": 0.2, "target": 0.65, "verify": 0.05, "other": 0.1}
-    assert p["tokens"] == {"draft": 40, "target": 72, "verify": 40}
-    assert p["tokens_per_second"]["draft"] == 20.0 and p["num_wasted_draft_tokens"] == 10
+    p = phase_profile([_record(0, True, seconds=10.0, judge_seconds=0.5, steps=steps)])
+    assert p.seconds == {"draft": 2.0, "target": 6.5, "verify": 0.5, "other": 1.0}
+    assert p.share == {"draft": 0.2, "target": 0.65, "verify": 0.05, "other": 0.1}
+    assert p.tokens == {"draft": 40, "target": 72, "verify": 40}
+    assert p.tokens_per_second["draft"] == 20.0 and p.num_wasted_draft_tokens == 10
+
+
+def _results(strategies, options, problem_ids=(), baseline=None):
+    """A results file's reading of a run of these arms (no sessions)."""
+    return Results.model_validate({"config": {"strategies": strategies, "strategy_options": options},
+                                   "status": "complete", "baseline": baseline,
+                                   "run": {"metrics": ["exact"], "problem_ids": list(problem_ids)}})
 
 
 def test_the_ceiling_is_draft_only_and_each_arm_reads_as_a_share_of_it():
     assert share_of_ceiling(2.5, 2.5) == pytest.approx(1.0)
     assert share_of_ceiling(1.3, 2.5) == pytest.approx((1 - 1 / 1.3) / 0.6)  # 38%
     assert share_of_ceiling(0.8, 2.5) < 0 and share_of_ceiling(1.3, 1.0) is None
-    results = {"config": {"strategies": ["target-only", "fast", "sr"], "throughput_wave": None,
-                          "strategy_options": {"fast": {"strategy": "draft-only"}, "sr": {"strategy": "specreason"}}},
-               "run": {"metrics": ["exact"], "problem_ids": [0, 1]}, "baseline": "target-only"}
+    results = _results(["target-only", "fast", "sr"], {"fast": {"strategy": "draft-only"},
+                                                        "sr": {"strategy": "specreason"}}, [0, 1], "target-only")
     latency = {"target-only": [_record(0, True, 5.0), _record(1, True, 5.0)],
                "fast": [_record(0, False, 2.0), _record(1, True, 2.0)],
                "sr": [_record(0, True, 4.0), _record(1, True, 4.0)]}
     lat, _ = summarize_run(results, latency, {})
-    assert lat["sr"]["ceiling"]["arm"] == "fast" and lat["sr"]["ceiling"]["speedup"] == 2.5
-    assert lat["sr"]["ceiling"]["share"] == pytest.approx(share_of_ceiling(1.25, 2.5))
-    assert lat["fast"]["ceiling"]["share"] == pytest.approx(1.0)
-    rows = {row[0]: row for row in profile_table({**results, "results": lat})[1]}
+    assert lat["sr"].ceiling.arm == "fast" and lat["sr"].ceiling.speedup == 2.5
+    assert lat["sr"].ceiling.share == pytest.approx(share_of_ceiling(1.25, 2.5))
+    assert lat["fast"].ceiling.share == pytest.approx(1.0)
+    results.results = lat
+    rows = {row[0]: row for row in profile_table(results)[1]}
     assert rows["sr"][:3] == ["sr", "latency", "8"] and rows["sr"][6] == "8 (100%)"  # no steps: all 'other'
 
 
 def test_latency_rows_count_the_problems_every_arm_solved_and_name_the_rest():
     """A run stopped between a problem's solves: ``tree`` has #2 (wrong) and ``tree-target`` not
     yet. Both rows count #0-#1 (accuracy, p50 side by side); ``tree``'s #2 is named as unpaired."""
-    results = {"config": {"strategies": ["tree", "tree-target"], "strategy_options": {}, "throughput_wave": None},
-               "run": {"metrics": ["exact"], "problem_ids": [0, 1, 2]}, "baseline": None}
+    results = _results(["tree", "tree-target"], {}, [0, 1, 2])
     latency = {"tree": [_record(0, True, 1.0), _record(1, True, 3.0), _record(2, False, 100.0)],
                "tree-target": [_record(0, True, 2.0), _record(1, True, 6.0)]}
     lat, _ = summarize_run(results, latency, {})
-    assert lat["tree"]["num_problems"] == 2 and lat["tree"]["accuracy"]["exact"] == 1.0
-    assert lat["tree"]["seconds_p50"] == 2.0 and lat["tree"]["left_out"] == [2]
-    assert lat["tree-target"]["left_out"] == [] and lat["tree"]["speedup"]["median"] == 2.0
+    assert lat["tree"].num_problems == 2 and lat["tree"].accuracy["exact"] == 1.0
+    assert lat["tree"].seconds_p50 == 2.0 and lat["tree"].left_out == [2]
+    assert lat["tree-target"].left_out == [] and lat["tree"].speedup.median == 2.0
     rows = {row[0]: row for row in table(lat, ["exact"])[1]}
     assert rows["tree"][1] == "2 (+1 unpaired)" and rows["tree-target"][1] == "2"
 
 
 def test_a_search_arm_under_any_label_pairs_with_its_target_twin():
     options = {"bon-rules": {"strategy": "best-of-n"}, "sr": {"strategy": "specreason"}}
-    results = {"config": {"strategies": ["bon-rules", "best-of-n-target", "tree", "sr", "target-only"],
-                          "strategy_options": options}, "run": {}}
+    results = _results(["bon-rules", "best-of-n-target", "tree", "sr", "target-only"], options)
     assert arm_twins(results) == {"bon-rules": "best-of-n-target"}  # tree's twin did not run: target-only then
     base = [_record(d, c, seconds=2.0) for d, c in enumerate([True, True, False])]
     arm = [_record(d, c) for d, c in enumerate([False, True, True])]
     out = summarize({"bon-rules": arm, "best-of-n-target": base, "target-only": arm}, ["exact"],
                     twins=arm_twins(results))
-    assert out["bon-rules"]["paired"]["over"] == "best-of-n-target"
-    assert (out["bon-rules"]["paired"]["lost"], out["bon-rules"]["paired"]["gained"]) == (1, 1)
-    assert out["bon-rules"]["speedup"]["median"] == 2.0
+    assert out["bon-rules"].paired.over == "best-of-n-target"
+    assert (out["bon-rules"].paired.lost, out["bon-rules"].paired.gained) == (1, 1)
+    assert out["bon-rules"].speedup.median == 2.0
     # two arms of the twin's strategy: the one labelled with its name
-    results["config"]["strategies"].append("bont")
-    results["config"]["strategy_options"]["bont"] = {"strategy": "best-of-n-target"}
+    results.config.strategies.append("bont")
+    results.config.strategy_options["bont"] = {"strategy": "best-of-n-target"}
     assert arm_twins(results)["bon-rules"] == "best-of-n-target"
 
 
@@ -702,8 +719,8 @@ def test_bench_command_on_real_vllm_survives_sigterm_and_resumes(tmp_path_factor
     assert done["status"] == "complete" and len(done["run"]["sessions"]) == 2
     for s in ("target-only", "specreason"):
         rows = read_samples(run / f"samples_gsm8k_{s}.jsonl")
-        assert sorted(r["doc_id"] for r in rows) == list(range(10))
-        assert all(r["stats"]["num_tokens"] > 0 and r["seconds"] > 0 for r in rows)
+        assert sorted(r.doc_id for r in rows) == list(range(10))
+        assert all(r.stats.num_tokens > 0 and r.seconds > 0 for r in rows)
     assert done["results"]["specreason"]["num_problems"] == 10
     assert done["results"]["specreason"]["num_judge_calls_mean"] > 0
     assert 0 <= done["overhead"]["run_share"] < 1
@@ -729,10 +746,10 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
                      modes=("throughput", "latency"), throughput_wave=1, max_step_tokens=48, max_tokens=160,
                      max_steps=8, kv_cache_gib=0.5, max_model_len=1024)
     run = tmp_path / "run"
-    asyncio.run(run_bench(spec, run))
+    ran(run_bench(spec, run))
     for mode in ("", "_throughput"):
         first, again = (read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl") for arm in ("target-only", "again"))
-        counters = [[r["stats"]["spec_decoding"]["target"] for r in sorted(rows, key=lambda r: r["doc_id"])]
+        counters = [[r.stats.spec_decoding["target"] for r in sorted(rows, key=lambda r: r.doc_id)]
                     for rows in (first, again)]
         assert all(c["num_drafts"] > 0 for c in counters[0])
         assert counters[0] == counters[1], mode
@@ -744,7 +761,7 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
 
     async def twice() -> list:
         engine = pair_engine(model, "again", speculative_config("suffix"))
-        request = [GenerationRequest(first[0]["trace"]["question"], SamplingSpec(max_tokens=48))]
+        request = [GenerationRequest(first[0].trace.question, SamplingSpec(max_tokens=48))]
         try:
             return [(await engine.generate(request))[0].completion.spec_decoding.num_accepted_tokens
                     for _ in range(2)]

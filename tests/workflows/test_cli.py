@@ -44,7 +44,7 @@ def test_solve_with_an_unknown_speculation_method():
     (["--strategy", "lookahead", "--threshold", "7"], "--threshold is an option of the score judge"),
     (["--strategy", "spec-thinking", "--judge", "score"], "strategy 'spec-thinking' takes no judge"),
     (["--judge-opt", "threshold"], "--judge-opt wants key=value"),
-    (["--max-steps", "0"], "max_steps must be >= 1"),
+    (["--max-steps", "0"], "solve: max_steps must be an integer >= 1, got 0"),
 ])
 def test_solve_rejects_bad_options_before_loading_models(args, message):
     r = stepspec("solve", "What is 2 + 3?", "--spec", "none", "--target", "/nonexistent-model", *args)
@@ -187,7 +187,7 @@ def _bench_config(args, monkeypatch):
     assert str(built["run_dir"]) == args[args.index("--output-dir") + 1]
     checked = spec.check()  # each arm's reasoner, checked on stand-in engines
     arms = {a: bench.arm_info(spec, a, checked[a]) for a in spec.strategies}
-    return spec.model_dump(mode="json"), checked, {a: (arms[a]["strategy"], arms[a]["judge"]) for a in arms}
+    return spec.model_dump(mode="json"), checked, {a: (arms[a].strategy, arms[a].judge) for a in arms}
 
 
 def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(

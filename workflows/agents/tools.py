@@ -39,6 +39,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from common.names import closest
+from common.options import explain
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -86,9 +87,8 @@ class Tool:
         try:
             return self.args_model.model_validate(args).model_dump()
         except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'arguments'}: {err['msg']}"
-                                 for err in e.errors())
-            raise ValueError(f"bad arguments for {self.name}: {problems}. It takes {self.signature()}") from None
+            raise ValueError(f"{explain(self.args_model, e, f'bad arguments for {self.name}')}. It takes "
+                             f"{self.signature()}") from None
 
     async def call(self, args: dict[str, Any]) -> ToolResult:
         t0 = time.perf_counter()

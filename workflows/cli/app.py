@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 # Command groups in modules of their own: importing one registers its commands on the app, in
 # the order `stepspec --help` lists them.
 import workflows.cli.solve  # noqa: F401,I001
@@ -27,18 +25,8 @@ def main() -> None:
     try:
         app()
     except (ModelError, EngineError, DatasetError, ValueError) as e:  # WorkflowError, RouterError, ToolError too
-        err_console.print(f"[bold red]error:[/] {_message(e)}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
         raise SystemExit(2) from None
-
-
-def _message(e: Exception) -> str:
-    """An error in words; a setting pydantic refused: where it is and why, without its trimmings."""
-    if not isinstance(e, ValidationError):
-        return str(e)
-    err = e.errors(include_url=False)[0]
-    where = ".".join(str(x) for x in err["loc"])
-    why = err["msg"].removeprefix("Value error, ")
-    return f"{where}: {why}" if where else why
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from common.options import checked
 from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, opt, parse_opts,
                                   run_interruptible, setup_logging, strategy_flag, takes)
 from orchestrator.config import RunSettings
 from workflows.eval.bench import BenchSpec
+from workflows.eval.results import Results, Sample
 
 bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 or your JSONL.")
 app.add_typer(bench_app, name="bench")
@@ -75,15 +77,15 @@ class _LiveProgress:
     def __init__(self, progress) -> None:
         self.progress, self.metric = progress, ""
         self.tasks: dict[str, int] = {}
-        self.seen: dict[str, list[dict]] = {}
+        self.seen: dict[str, list[Sample]] = {}
 
     def _describe(self, strategy: str) -> str:
         rows = self.seen[strategy]
         if not rows:
             return f"{strategy:<28}"
-        acc = sum(r["correct"][self.metric] for r in rows) / len(rows)
-        drafted = sum(r["stats"]["num_drafted_steps"] for r in rows)
-        accepted = sum(r["stats"]["num_accepted_steps"] for r in rows)
+        acc = sum(r.is_correct(self.metric) for r in rows) / len(rows)
+        drafted = sum(r.stats.num_drafted_steps for r in rows)
+        accepted = sum(r.stats.num_accepted_steps for r in rows)
         steps = f"  steps accepted {accepted / drafted:.0%}" if drafted else ""
         return f"{strategy:<28} acc {acc:.0%}{steps}"
 
@@ -96,34 +98,34 @@ class _LiveProgress:
     def sample(self, record) -> None:
         from workflows.eval.bench_run import progress_key
 
-        s = progress_key(record["strategy"], record.get("mode", "latency"))
+        s = progress_key(record.strategy, record.mode)
         self.seen[s].append(record)
         self.progress.update(self.tasks[s], advance=1, description=self._describe(s))
-        mark = "ok " if record["correct"][self.metric] else "bad"
+        mark = "ok " if record.is_correct(self.metric) else "bad"
         self.progress.console.print(
-            f"[dim]#{record['doc_id']:<5}[/] {s:<28} {mark} {record['answer']!s:>10} (gold {record['gold']})  "
-            f"{record['seconds']:6.1f} s  {record['stats']['num_tokens']:5d} tok", highlight=False)
+            f"[dim]#{record.doc_id:<5}[/] {s:<28} {mark} {record.answer!s:>10} (gold {record.gold})  "
+            f"{record.seconds:6.1f} s  {record.stats.num_tokens:5d} tok", highlight=False)
 
 
-def _print_results(results: dict, run_dir: str) -> None:
+def _print_results(results: Results, run_dir: str) -> None:
     from workflows.eval.report import comparison_table, table
 
-    name = os.path.basename(results["config"]["dataset"])
+    name = os.path.basename(results.config.dataset)
     shown = console if console.is_terminal else Console(width=200)  # a log file gets the whole table
-    if results.get("results"):
-        header, rows = table(results["results"], results["run"]["metrics"])
-        out = Table(*header, title=f"{name} (latency): {results['status']}")
+    if results.results:
+        header, rows = table(results.results, results.metrics)
+        out = Table(*header, title=f"{name} (latency): {results.status}")
         for row in rows:
             out.add_row(*row)
         shown.print(out)
     header, rows = comparison_table(results)
     if rows:
-        out = Table(*header, title=f"{name}: arms compared, {results['status']}")
+        out = Table(*header, title=f"{name}: arms compared, {results.status}")
         for row in rows:
             out.add_row(*row)
         shown.print(out)
     console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
-    if results["status"] == "incomplete":  # this session ran some of the run's modes
+    if results.status == "incomplete":  # this session ran some of the run's modes
         console.print(f"the run's other mode waits: `stepspec bench --resume {run_dir}`", highlight=False)
 
 
@@ -173,7 +175,8 @@ def bench(
             session_modes = _bench_modes(mode)
     else:
         options = strategy_options(list(spec["strategies"]), threshold, gamma, max_gamma, lookahead_judge, opt, router)
-        bench_spec = BenchSpec(**spec, max_num_seqs=max_num_seqs, modes=_bench_modes(mode), strategy_options=options)
+        bench_spec = checked(BenchSpec, "bench", **spec, max_num_seqs=max_num_seqs, modes=_bench_modes(mode),
+                             strategy_options=options)
         bench_spec.check()  # a bad arm or model fails here, before the progress bar starts
         run_dir = output_dir or os.path.join("runs", f"{os.path.basename(bench_spec.dataset).removesuffix('.jsonl')}-"
                                              f"{time.strftime('%Y%m%d-%H%M%S')}")

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 
 from workflows.align.spec import AlignSpec
+from common.options import checked
 from workflows.cli.common import VERBOSE, app, console, err_console, run_cancellable, setup_logging, takes
 
 draft_app = typer.Typer(help="Make a draft model fit its target.", no_args_is_help=True)
@@ -64,7 +65,7 @@ def draft_align(
     Run the same command again to continue an interrupted run.
     """
     setup_logging(verbose)
-    align_spec = AlignSpec(**spec)
+    align_spec = checked(AlignSpec, "draft align", **spec)
     from workflows.align import align
 
     bars, on_progress = _progress()

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from routers.train import TrainSettings
+from common.options import checked
 from workflows.cli.common import (JUDGE_OPT, VERBOSE, app, console, parse_opts, run_interruptible, setup_logging,
                                   takes)
 from workflows.routing.collect import CollectSpec
@@ -34,7 +35,7 @@ def router_collect(
     from workflows.routing.collect import collect
 
     setup_logging(verbose)
-    collect_spec = CollectSpec(**spec, judge_options=parse_opts(judge_opt))
+    collect_spec = checked(CollectSpec, "router collect", **spec, judge_options=parse_opts(judge_opt))
 
     def show(record: dict) -> None:
         mark = "ok " if record["correct"] else "bad"
@@ -87,7 +88,7 @@ def router_train(
     if settings["label"] is Label.ADVANTAGE and settings["target_budget"] is None and settings["tau"] is None:
         settings["match_specreason"] = True
     examples, dropped = read_collection(Path(data_dir))
-    report = train_router(examples, TrainSettings(**settings), source=str(data_dir))
+    report = train_router(examples, checked(TrainSettings, "router train", **settings), source=str(data_dir))
     path = report.router.save(out)
     _print_router(report.metrics, report.curve)
     if dropped:

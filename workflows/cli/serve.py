@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 
 from orchestrator.config import RunSettings
+from common.options import checked
 from workflows.cli.common import (JUDGE, JUDGE_OPT, ROUTER, ROUTER_OPT, STRATEGY, VERBOSE, app, console, parse_opts,
                                   setup_logging, takes)
 from workflows.cli.progress import prepare_progress
@@ -40,7 +41,7 @@ def serve(
     from workflows.serve.app import build_app
 
     setup_logging(verbose)
-    settings = ServeSettings(**server)
+    settings = checked(ServeSettings, "serve", **server)
     settings.api_key()  # an unset key variable fails before any model is prepared
     close = None
     if workflow is not None:
@@ -54,7 +55,7 @@ def serve(
             raise ValueError(f"{workflow} declares no reasoners: nothing to serve (add a 'reasoners:' section)")
         reasoners, close = run.reasoners, run.close
     else:
-        config = RunSettings(**run).reasoner_config(
+        config = checked(RunSettings, "serve", **run).reasoner_config(
             strategy=strategy, judge=judge, judge_options=parse_opts(judge_opt), router=router,
             router_options=parse_opts(router_opt, "--router-opt"), **parse_opts(opt, "--opt"))
         with prepare_progress() as on_prepare:

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from orchestrator.config import RunSettings
+from common.options import checked
 from workflows.cli.common import (GAMMA, JUDGE, JUDGE_OPT, MAX_GAMMA, ROUTER, ROUTER_OPT, STRATEGY, VERBOSE, app,
                                   console, err_console, parse_opts, setup_logging, strategy_flag, takes)
 from workflows.cli.progress import engine_progress, prepare_progress
@@ -59,7 +60,7 @@ def solve(
                                      cues=None if cues is None else tuple(c.strip() for c in cues.split(","))).items()
                if v is not None}
     judge_options = _judge_options(judge or get_strategy(strategy).default_judge, judge_opt, threshold, score_method)
-    config = RunSettings(**run).reasoner_config(strategy=strategy, judge=judge, judge_options=judge_options,
+    config = checked(RunSettings, "solve", **run).reasoner_config(strategy=strategy, judge=judge, judge_options=judge_options,
                                                 router=router, router_options=parse_opts(router_opt, "--router-opt"),
                                                 **{**options, **parse_opts(opt, "--opt")})
     question, reference, grader = _question(question, dataset, index, data_dir)

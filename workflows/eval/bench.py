@@ -56,9 +56,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from common.names import did_you_mean
+from common.options import checked
 from engine.config import EngineConfig, EnginePair
 from engine.protocol import Engine
 from orchestrator.config import ReasonerConfig, RunSettings
@@ -202,11 +203,8 @@ class BenchSpec(RunSettings):
             options["max_concurrency"] = max_concurrency
 
         def config() -> ReasonerConfig:
-            try:
-                own = RunSettings.model_validate({**self.model_dump(include=set(RunSettings.model_fields)), **engine})
-            except ValidationError as e:  # one line per bad setting, as the spec's own errors read
-                raise ValueError("; ".join(f"{'.'.join(map(str, err['loc'])) or 'engines'}: "
-                                           f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())) from e
+            own = checked(RunSettings, "engine settings",
+                          **{**self.model_dump(include=set(RunSettings.model_fields)), **engine})
             return own.reasoner_config(strategy=strategy, **options)
         return self._named(label, config)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import resource
@@ -28,8 +27,11 @@ from workflows.eval.bench import BASELINE, BenchSpec, Mode
 from workflows.eval.datasets import Problem, load_dataset, select
 from workflows.eval.graders import Grader, get_grader
 from workflows.eval.report import write_report
+from workflows.eval.results import (ArmInfo, Hardware, Overhead, Results, RunInfo, RunStatus, Sample, Session,
+                                    ThroughputArm, Wave)
 from workflows.eval.summary import summarize_run
-from workflows.eval.rundir import BenchError, RunFiles, find_results, git_hash, hardware, read_samples, versions
+from workflows.eval.rundir import (BenchError, RunFiles, find_results, git_hash, hardware, read_results,
+                                   read_samples, versions)
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +40,10 @@ class BenchProgress(Protocol):
     """What a run tells whoever shows its progress (the CLI's live bar). ``start`` comes
     once per mode, with the keys (``progress_key``) of that mode's arms."""
 
-    def start(self, strategies: tuple[str, ...], num_problems: int, done: dict[str, list[dict]],
+    def start(self, strategies: tuple[str, ...], num_problems: int, done: dict[str, list[Sample]],
               metric: str) -> None: ...
 
-    def sample(self, record: dict[str, Any]) -> None: ...
+    def sample(self, record: Sample) -> None: ...
 
 
 def progress_key(arm: str, mode: str = "latency") -> str:
@@ -62,71 +64,45 @@ def router_info(router: Any) -> dict[str, Any]:
     return info
 
 
-def overhead(sessions: list[dict[str, Any]]) -> dict[str, float | None]:
-    """What stepspec itself cost around the model calls, over the run's problem loops:
-    ``run_share`` = (loop wall time − model calls − cache resets) / loop wall time (this
-    includes grading and writing samples); ``solve_share`` = the same within the solves."""
-    loop = sum(s.get("loop_seconds", 0.0) for s in sessions)
-    solve = sum(s.get("solve_seconds", 0.0) for s in sessions)
-    model = sum(s.get("model_seconds", 0.0) for s in sessions)
-    reset = sum(s.get("reset_seconds", 0.0) for s in sessions)
-    return {"loop_seconds": loop, "model_seconds": model, "reset_seconds": reset,
-            "run_share": (loop - model - reset) / loop if loop else None,
-            "solve_share": (solve - model) / solve if solve else None}
-
-
-def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> dict[str, Any]:
+def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> ArmInfo:
     """What an arm runs: its strategy, judge (or router), the options given, and the target's
     token-level speculation (its strategy's own with target_spec auto; None: it never asks the target)."""
     options = {k: v for k, v in spec.strategy_options.get(label, {}).items() if k != "strategy"}
     judge = reasoner.judge
     target = spec.arm_config(label).target if reasoner.strategy.needs_target else None
-    return {"strategy": spec.strategy_of(label), "judge": None if judge is None else judge.name,
-            "router": None if reasoner.router is None else reasoner.router.name, "options": options,
-            "target_spec": None if target is None else getattr(target, "speculation", None) or "none"}
+    return ArmInfo(strategy=spec.strategy_of(label), judge=None if judge is None else judge.name,
+                   router=None if reasoner.router is None else reasoner.router.name, options=options,
+                   target_spec=None if target is None else getattr(target, "speculation", None) or "none")
 
 
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
-                  mode: str = "latency", *, session: int) -> dict[str, Any]:
+                  mode: str = "latency", *, session: int) -> Sample:
     """One problem solved by one arm (``strategy``: its label), as its samples line holds it;
     ``session``: the run's session that solved it (its index in the results file's sessions)."""
     response = trace.text
     grades = grader.grade(response, problem.reference)
     primary = grader.metrics[0]
-    return {
-        "doc_id": problem.index,
-        "strategy": strategy,
-        "mode": mode,
-        "position": position,  # latency: order among the arms on this problem; throughput: the arm's turn
-        "session": session,  # seconds compare within one session (a resumed run may see another machine)
-        "question": problem.question,
-        "reference": problem.reference,
-        "gold": grader.gold(problem.reference),
-        "response": response,
-        "answer": grades[primary].extracted,
-        "extracted": {m: g.extracted for m, g in grades.items()},
-        "correct": {m: g.correct for m, g in grades.items()},
-        "seconds": trace.seconds,
-        "model_seconds": trace.model_seconds,
-        "stop_reason": trace.stop_reason,
-        "error": trace.error,
-        "stats": trace.stats(),
-        "trace": json.loads(trace.to_json()),
-    }
+    return Sample(doc_id=problem.index, strategy=strategy, mode=mode, position=position, session=session,
+                  question=problem.question, reference=problem.reference, gold=grader.gold(problem.reference),
+                  response=response, answer=grades[primary].extracted,
+                  extracted={m: g.extracted for m, g in grades.items()},
+                  correct={m: g.correct for m, g in grades.items()}, seconds=trace.seconds,
+                  model_seconds=trace.model_seconds, stop_reason=trace.stop_reason, error=trace.error,
+                  stats=trace.stats(), trace=trace)
 
 
-def _config_as_run(saved: dict[str, Any]) -> dict[str, Any]:
+def _config_as_run(saved: Results) -> dict[str, Any]:
     """A saved run's config, as it ran: a run from before engines took a dtype computed in
     float32 on a CPU (what ``auto`` meant then), so a resume keeps it so, not ``auto``'s choice now."""
-    config = saved["config"]
-    on_gpu = any((s.get("hardware") or {}).get("gpu") for s in (saved.get("run") or {}).get("sessions", []))
-    return {**{key: "float32" for key in ("target_dtype", "draft_dtype") if not on_gpu}, **config}
+    on_gpu = any(s.hardware.gpu for s in saved.run.sessions)
+    return {**{key: "float32" for key in ("target_dtype", "draft_dtype") if not on_gpu},
+            **saved.config.model_dump(mode="json", exclude_unset=True)}
 
 
 async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool = False,
                     engines: tuple[Engine, Engine | None] | None = None,
-                    progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None) -> dict[str, Any]:
-    """Run (or resume) a benchmark into ``run_dir``; returns the results file's content.
+                    progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None) -> Results:
+    """Run (or resume) a benchmark into ``run_dir``; returns its results file.
 
     ``engines``: (target, draft) to use instead of building vLLM engines from the
     spec (tests pass scripted engines). ``progress`` hears of each record as it is saved.
@@ -138,7 +114,7 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     run = BenchRun(spec, Path(run_dir), resume=resume, engines=engines, progress=progress, modes=modes)
     if not any(run.todo.values()):  # nothing left: the results and report rewritten
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        results = run.save("complete")
+        results = run.save(RunStatus.COMPLETE)
         write_report(run.run_dir)
         return results
     return await run.execute()
@@ -149,7 +125,7 @@ class BenchRun:
     timed), what is left, and the loops that solve it; every result saved as it comes.
 
     ``done[mode][arm]``: the samples saved, by problem index. ``waves``: the throughput
-    problems in waves; ``throughput[arm]["waves"][w]``: what the results file says of
+    problems in waves; ``throughput[arm].waves[w]``: what the results file says of
     wave ``w`` (its problems, status, wall time, session, the governor after it).
     """
 
@@ -178,72 +154,68 @@ class BenchRun:
             check_engine(config)  # an unknown model, before any is prepared and before the run has files
         self.arms = {"latency": spec.latency_arms(), "throughput": spec.throughput_arms()}
         self.latency_problems = self.problems[:spec.latency_limit] if spec.latency_limit else self.problems
-        self.done = {mode: {s: {r["doc_id"]: r for r in read_samples(self.samples_file(s, mode), repair=True)}
+        self.done = {mode: {s: {r.doc_id: r for r in read_samples(self.samples_file(s, mode), repair=True)}
                             for s in arms} for mode, arms in self.arms.items()}
         self.run_info = self._run_info(saved, dataset)
-        self.throughput: dict[str, dict[str, Any]] = self.run_info.setdefault("throughput", {})
+        self.throughput = self.run_info.throughput
         self.wave_size = spec.throughput_wave or len(self.problems)
         self.waves = [self.problems[i:i + self.wave_size] for i in range(0, len(self.problems), self.wave_size)]
         # Time accounting of this session: the latency loop's wall time, and within it the
         # solves, their model calls and the prefix-cache resets (engine calls too); the
         # throughput arms' wall time.
-        self.session: dict[str, Any] = {
-            "started": _now(), "modes": list(self.session_modes), "startup_seconds": None, "seconds": None,
-            "num_solved": 0, "loop_seconds": 0.0, "solve_seconds": 0.0, "model_seconds": 0.0, "reset_seconds": 0.0,
-            "throughput_seconds": 0.0, "versions": versions(), "git_hash": git_hash(), "hardware": hardware()}
+        self.session = Session(started=_now(), modes=list(self.session_modes), versions=versions(),
+                               git_hash=git_hash(), hardware=Hardware(**hardware()))
         self.todo = {"latency": [(p, s) for p in self.latency_problems for s in self.arms["latency"]
                                  if p.index not in self.done["latency"][s]],
                      "throughput": [s for s in self.arms["throughput"] if not self.complete_arm(s)]}
         self.governors: dict[str, GoodputGovernor] = {}
 
-    def _run_info(self, saved: dict[str, Any], dataset: Any) -> dict[str, Any]:
-        run_info: dict[str, Any] = saved.get("run") or {"created": _now(), "sessions": []}
+    def _run_info(self, saved: Results | None, dataset: Any) -> RunInfo:
         arms = self.arms
-        run_info.update(dataset_source=dataset.source, grader=self.grader.name, metrics=list(self.grader.metrics),
-                        problem_ids=[p.index for p in self.problems], skipped_lines=[list(s) for s in dataset.skipped],
-                        samples={s: self.samples_file(s, "latency").name for s in arms["latency"]},
-                        modes=list(self.spec.modes), latency_problem_ids=[p.index for p in self.latency_problems],
-                        throughput_samples={s: self.samples_file(s, "throughput").name for s in arms["throughput"]},
-                        arms={s: arm_info(self.spec, s, self.checked[s]) for s in self.spec.strategies})
-        return run_info
+        return (RunInfo(created=_now()) if saved is None else saved.run).model_copy(update=dict(
+            dataset_source=dataset.source, grader=self.grader.name, metrics=list(self.grader.metrics),
+            problem_ids=[p.index for p in self.problems], skipped_lines=[list(s) for s in dataset.skipped],
+            samples={s: self.samples_file(s, "latency").name for s in arms["latency"]},
+            modes=list(self.spec.modes), latency_problem_ids=[p.index for p in self.latency_problems],
+            throughput_samples={s: self.samples_file(s, "throughput").name for s in arms["throughput"]},
+            arms={s: arm_info(self.spec, s, self.checked[s]) for s in self.spec.strategies}))
 
     def samples_file(self, arm: str, mode: str) -> Path:
         return self.files.samples(self.dataset_name, arm, mode)
 
-    def recorded_wave(self, arm: str, w: int) -> dict[str, Any]:
+    def recorded_wave(self, arm: str, w: int) -> Wave | None:
         """What the results file says of an arm's wave (older files: the arm is its one wave)."""
-        entry = self.throughput.get(arm, {})
-        recorded = entry["waves"] if "waves" in entry else [entry]
-        return recorded[w] if w < len(recorded) else {}
+        recorded = self.run_info.waves(arm)
+        return recorded[w] if w < len(recorded) else None
 
     def complete_wave(self, arm: str, w: int) -> bool:
-        return (self.recorded_wave(arm, w).get("status") == "complete"
+        wave = self.recorded_wave(arm, w)
+        return (wave is not None and wave.status == RunStatus.COMPLETE
                 and all(p.index in self.done["throughput"][arm] for p in self.waves[w]))
 
     def complete_arm(self, arm: str) -> bool:
         return all(self.complete_wave(arm, w) for w in range(len(self.waves)))
 
-    def save(self, status: str) -> dict[str, Any]:
+    def save(self, status: RunStatus) -> Results:
         """The results file, rewritten whole (never half-written) from the samples so far."""
         spec, done = self.spec, self.done
-        results: dict[str, Any] = {"config": spec.model_dump(mode="json"), "status": status,
-                                   "baseline": BASELINE if BASELINE in spec.strategies else None}
+        results = Results(config=spec.model_dump(mode="json"), status=status, run=self.run_info,
+                          baseline=BASELINE if BASELINE in spec.strategies else None,
+                          overhead=Overhead.of(self.run_info.sessions), versions=self.session.versions,
+                          git_hash=self.session.git_hash)
         latency = {s: [done["latency"][s][p.index] for p in self.latency_problems if p.index in done["latency"][s]]
                    for s in self.arms["latency"]}
         throughput = {s: [done["throughput"][s][p.index] for p in self.problems if p.index in done["throughput"][s]]
                       for s in self.arms["throughput"]}
-        results["results"], results["results_throughput"] = summarize_run({**results, "run": self.run_info},
-                                                                          latency, throughput)
-        results.update(overhead=overhead(self.run_info["sessions"]), run=self.run_info,
-                       versions=self.session["versions"], git_hash=self.session["git_hash"])
-        atomic_write_json(self.files.results, results)
+        results.results, results.results_throughput = summarize_run(results, latency, throughput)
+        atomic_write_json(self.files.results, results.file())
         return results
 
-    def _record(self, record: dict[str, Any], mode: str) -> None:
+    def _record(self, record: Sample, mode: str) -> None:
         """A solved problem: appended to its samples file, counted, the results file rewritten."""
-        append_jsonl(self.samples_file(record["strategy"], mode), record)
-        self.done[mode][record["strategy"]][record["doc_id"]] = record
-        self.session["num_solved"] += 1
+        append_jsonl(self.samples_file(record.strategy, mode), record.line())
+        self.done[mode][record.strategy][record.doc_id] = record
+        self.session.num_solved += 1
 
     def _build_engines(self) -> list[Engine]:
         """This session's engines (built, not loaded) and each arm's (target, draft); returns those it owns."""
@@ -257,7 +229,7 @@ class BenchRun:
             logger.info("throughput mode: max_num_seqs raised from %d to %d (the problems at once)%s",
                         spec.max_num_seqs, max_num_seqs, f"; not for the {' and '.join(servers)} server, which "
                         "batches as it was started" if servers else "")
-        session["max_num_seqs"] = max_num_seqs
+        session.max_num_seqs = max_num_seqs
         if self.given is None:
             built = build_engines(configs, names={role: c.model for role, c in configs.items()})
             owned = list(built.values())
@@ -273,8 +245,8 @@ class BenchRun:
         # caches and token-speculation caches are reset first; an engine that cannot (a server,
         # unless its backend offers it) is named in the session and the report.
         self.engines = built
-        session["prefix_cache_reset"] = {role: hasattr(e, "reset_caches") for role, e in built.items()}
-        for role, ok in session["prefix_cache_reset"].items():
+        session.prefix_cache_reset = {role: hasattr(e, "reset_caches") for role, e in built.items()}
+        for role, ok in session.prefix_cache_reset.items():
             if not ok:
                 logger.warning("the %s engine (%s) cannot reset its caches: its prefix cache carries over between "
                                "solves, so later solves of a problem may be served from it; compare arms on "
@@ -284,11 +256,11 @@ class BenchRun:
     async def reset_caches(self) -> None:
         t_reset = time.perf_counter()
         for role, engine in self.engines.items():
-            if self.session["prefix_cache_reset"][role]:
+            if self.session.prefix_cache_reset[role]:
                 await engine.reset_caches()
-        self.session["reset_seconds"] += time.perf_counter() - t_reset
+        self.session.reset_seconds += time.perf_counter() - t_reset
 
-    async def execute(self) -> dict[str, Any]:
+    async def execute(self) -> Results:
         """This session's work: the engines started, each mode's loop, the results saved whatever happens."""
         spec, session = self.spec, self.session
         if not any(self.todo[m] for m in self.session_modes):
@@ -297,17 +269,17 @@ class BenchRun:
         # this session's work; the other modes' wait for a later resume
         self.latency_todo, self.throughput_todo = (self.todo[m] if m in self.session_modes else []
                                                    for m in ("latency", "throughput"))
-        self.run_info["sessions"].append(session)  # a session that has work (a finished run's resume adds none)
-        self.session_index = len(self.run_info["sessions"]) - 1  # what samples and waves name this session by
+        self.run_info.sessions.append(session)  # a session that has work (a finished run's resume adds none)
+        self.session_index = len(self.run_info.sessions) - 1  # what samples and waves name this session by
         owned = self._build_engines()
         # The engines are built (models resolved, not loaded yet): from here on the run has files.
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.save("running")
+        self.save(RunStatus.RUNNING)
         # Latency arms with work left; a throughput arm gets its own reasoner, built fresh when
         # its turn comes, with the goodput governor of its earlier waves in this session.
         self.latency_reasoners = spec.reasoners(self.arm_engines, tuple(
             s for s in self.arms["latency"] if any(s == a for _, a in self.latency_todo)))
-        session["routers"] = {s: router_info(r.router) for s, r in self.checked.items() if r.router is not None}
+        session.routers = {s: router_info(r.router) for s, r in self.checked.items() if r.router is not None}
         t_run = time.perf_counter()
         try:
             await self._start_engines()
@@ -317,17 +289,17 @@ class BenchRun:
                 elif mode == "throughput" and self.throughput_todo:
                     await self.run_throughput()
             left = [m for m in spec.modes if m not in self.session_modes and self.todo[m]]
-            status = "incomplete" if left else "complete"
+            status = RunStatus.INCOMPLETE if left else RunStatus.COMPLETE
         except BaseException as e:
-            status = "interrupted" if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else "failed"
-            session["error"] = ("cancelled (Ctrl-C or SIGTERM)" if isinstance(e, asyncio.CancelledError)
-                                else f"{type(e).__name__}: {e}")
+            status = _stopped(e)
+            session.error = ("cancelled (Ctrl-C or SIGTERM)" if isinstance(e, asyncio.CancelledError)
+                             else f"{type(e).__name__}: {e}")
             raise
         finally:
-            session["seconds"] = time.perf_counter() - t_run
+            session.seconds = time.perf_counter() - t_run
             # Peak memory of this process (orchestrator, vLLM clients, judges' models), not of
             # the engine worker processes.
-            session["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            session.max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             results = self.save(status)
             for engine in owned:
                 await engine.close()
@@ -338,9 +310,9 @@ class BenchRun:
         t0 = time.perf_counter()
         for engine in self.engines.values():
             await engine.start()
-        self.session["startup_seconds"] = time.perf_counter() - t0
+        self.session.startup_seconds = time.perf_counter() - t0
         # What each engine computes in and why (dtype "auto": measured on this machine)
-        self.session["engines"] = {role: dataclasses.asdict(e.info) for role, e in self.engines.items()}
+        self.session.engines = {role: dataclasses.asdict(e.info) for role, e in self.engines.items()}
         # First-call costs (compilation, the embedder's load) off the clock: one small solve each.
         for reasoner in self.latency_reasoners.values():
             await reasoner.asolve(WARM_UP)
@@ -353,7 +325,7 @@ class BenchRun:
                                 {s: [done[s][p.index] for p in self.latency_problems if p.index in done[s]]
                                  for s in arms}, self.grader.metrics[0])
         t_loop = time.perf_counter()
-        loop_before = session["loop_seconds"]
+        loop_before = session.loop_seconds
         for n, problem in enumerate(self.latency_problems):
             k = n % len(arms)
             for position, arm in enumerate(arms[k:] + arms[:k]):
@@ -364,10 +336,10 @@ class BenchRun:
                 record = sample_record(problem, arm, position, trace, self.grader, mode="latency",
                                        session=self.session_index)
                 self._record(record, "latency")
-                session["solve_seconds"] += trace.seconds
-                session["model_seconds"] += trace.model_seconds
-                session["loop_seconds"] = loop_before + time.perf_counter() - t_loop
-                self.save("running")  # the results file is current after every problem
+                session.solve_seconds += trace.seconds
+                session.model_seconds += trace.model_seconds
+                session.loop_seconds = loop_before + time.perf_counter() - t_loop
+                self.save(RunStatus.RUNNING)  # the results file is current after every problem
                 if self.progress is not None:
                     self.progress.sample(record)
 
@@ -387,34 +359,34 @@ class BenchRun:
                     continue
                 await self.run_throughput_wave(arm, w, position)
 
-    def _restart_wave(self, arm: str, w: int) -> dict[str, Any]:
+    def _restart_wave(self, arm: str, w: int) -> ThroughputArm:
         """The arm's results entry with wave ``w`` (and any later one) dropped, with its samples: a
         wave is timed as a unit, so one an earlier session cut short runs again whole."""
         wave, ids, done = self.waves[w], {p.index for p in self.waves[w]}, self.done["throughput"][arm]
         before = self.recorded_wave(arm, w)  # what an earlier session left of this wave
         entry = self.throughput.get(arm)
-        if entry is None or "waves" not in entry:  # new, or timed by a version without waves
-            entry = self.throughput[arm] = {"num_problems": len(self.problems), "max_concurrency": self.wave_size,
-                                            "waves": []}
-        entry["waves"] = entry["waves"][:w]  # later waves never ran before this one
+        if entry is None or entry.waves is None:  # new, or timed by a version without waves
+            entry = self.throughput[arm] = ThroughputArm(num_problems=len(self.problems),
+                                                         max_concurrency=self.wave_size, waves=[])
+        entry.waves = entry.waves[:w]  # later waves never ran before this one
         stale = [r for i, r in done.items() if i in ids]
-        if stale or before:
+        if stale or before is not None:
             name = "" if len(self.waves) == 1 else f" (wave {w + 1} of {len(self.waves)})"
             logger.warning("throughput arm %s%s is incomplete (%d of %d problems saved, status %s): discarding its "
                            "samples and running it again as a whole", arm, name, len(stale), len(wave),
-                           before.get("status", "none"))
+                           "none" if before is None else before.status)
         for i in ids:
             done.pop(i, None)
-        write_jsonl(self.samples_file(arm, "throughput"), done.values())
-        entry["num_solved"] = len(done)
+        write_jsonl(self.samples_file(arm, "throughput"), (r.line() for r in done.values()))
+        entry.num_solved = len(done)
         return entry
 
-    def _wave_reasoner(self, arm: str, entry: dict[str, Any], size: int) -> Reasoner:
+    def _wave_reasoner(self, arm: str, entry: ThroughputArm, size: int) -> Reasoner:
         """A fresh reasoner for the arm's wave, with the governor of its earlier waves, as a server keeps it."""
         reasoner = self.spec.reasoners(self.arm_engines, (arm,), max_concurrency=size)[arm]
         if reasoner.governor is not None:
             if arm not in self.governors:  # a later session: the last wave's governor, restored
-                last = next((r["governor"] for r in reversed(entry["waves"]) if "governor" in r), None)
+                last = next((r.governor for r in reversed(entry.waves) if r.governor is not None), None)
                 self.governors[arm] = reasoner.governor if last is None else GoodputGovernor.restore(last)
             reasoner.governor = self.governors[arm]
         return reasoner
@@ -425,12 +397,11 @@ class BenchRun:
         entry = self._restart_wave(arm, w)
         reasoner = self._wave_reasoner(arm, entry, len(wave))
         await reasoner.asolve(WARM_UP)  # first-call costs off the clock
-        record = {"problems": sorted(p.index for p in wave), "status": "running", "num_solved": 0,
-                  "wall_seconds": None, "started": _now(),
-                  "session": self.session_index}  # wall times compare within one session
-        entry["waves"].append(record)
-        entry["status"] = "running"
-        self.save("running")
+        record = Wave(problems=sorted(p.index for p in wave), status=RunStatus.RUNNING, started=_now(),
+                      session=self.session_index)  # wall times compare within one session
+        entry.waves.append(record)
+        entry.status = RunStatus.RUNNING
+        self.save(RunStatus.RUNNING)
         await self.reset_caches()
 
         async def one(problem: Problem) -> None:
@@ -438,9 +409,9 @@ class BenchRun:
             sample = sample_record(problem, arm, position, trace, self.grader, mode="throughput",
                                    session=self.session_index)
             self._record(sample, "throughput")
-            record["num_solved"] += 1
-            entry["num_solved"] = len(self.done["throughput"][arm])
-            self.save("running")
+            record.num_solved += 1
+            entry.num_solved = len(self.done["throughput"][arm])
+            self.save(RunStatus.RUNNING)
             if self.progress is not None:
                 self.progress.sample(sample)
 
@@ -452,19 +423,23 @@ class BenchRun:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            interrupted = isinstance(e, (KeyboardInterrupt, asyncio.CancelledError))
-            entry["status"] = record["status"] = "interrupted" if interrupted else "failed"
+            entry.status = record.status = _stopped(e)
             raise
         finally:
-            record["wall_seconds"] = time.perf_counter() - t0
-            self.session["throughput_seconds"] += record["wall_seconds"]
-        record["status"] = "complete"
+            record.wall_seconds = time.perf_counter() - t0
+            self.session.throughput_seconds += record.wall_seconds
+        record.status = RunStatus.COMPLETE
         if reasoner.governor is not None:
-            record["governor"] = reasoner.governor.snapshot()  # after this wave (it keeps the earlier ones')
-        entry["status"] = "complete" if self.complete_arm(arm) else "incomplete"  # waves to go
-        if entry["status"] == "complete":
-            entry["wall_seconds"] = sum(r["wall_seconds"] for r in entry["waves"])
-        self.save("running")
+            record.governor = reasoner.governor.snapshot()  # after this wave (it keeps the earlier ones')
+        entry.status = RunStatus.COMPLETE if self.complete_arm(arm) else RunStatus.INCOMPLETE  # waves to go
+        if entry.status == RunStatus.COMPLETE:
+            entry.wall_seconds = sum(r.wall_seconds for r in entry.waves)
+        self.save(RunStatus.RUNNING)
+
+
+def _stopped(e: BaseException) -> RunStatus:
+    """How an exception leaves a run, an arm or a wave."""
+    return RunStatus.INTERRUPTED if isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) else RunStatus.FAILED
 
 
 WARM_UP = "What is 2 + 3?"  # a small solve that takes first-call costs off the clock
@@ -482,17 +457,18 @@ async def _solve(reasoner: Reasoner, problem: Problem) -> Trace:
         return e.trace
 
 
-def _open_run(spec: BenchSpec, run_dir: Path, resume: bool) -> tuple[RunFiles, dict[str, Any], BenchSpec]:
-    """The run's files, what its results file holds, and its spec (a resumed run's: the saved one)."""
+def _open_run(spec: BenchSpec, run_dir: Path, resume: bool) -> tuple[RunFiles, Results | None, BenchSpec]:
+    """The run's files, what its results file holds (None: a new run), and its spec (a resumed
+    run's: the saved one)."""
     if resume:
         files = RunFiles(run_dir, find_results(run_dir))
-        saved = json.loads(files.results.read_text())
+        saved = read_results(run_dir)
         try:
             return files, saved, BenchSpec.model_validate(_config_as_run(saved))
-        except (KeyError, ValidationError) as e:
+        except ValidationError as e:
             raise BenchError(f"{files.results}: its config cannot be read back ({e})") from e
     if run_dir.exists() and any(run_dir.glob("results_*.json")):
         raise BenchError(f"{run_dir} already holds a run; resume it with --resume {run_dir}, or pick "
                          "another --output-dir")
     stamp = datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-    return RunFiles(run_dir, run_dir / f"results_{stamp}.json"), {}, spec
+    return RunFiles(run_dir, run_dir / f"results_{stamp}.json"), None, spec

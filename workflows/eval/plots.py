@@ -3,39 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from workflows.eval.summary import PLOTS, acceptance_by_position
+from workflows.eval.results import Results
+from workflows.eval.summary import PLOTS, Records, acceptance_by_position
 
-def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[dict]],
-                throughput: dict[str, list[dict]], metrics: list[str]) -> list[str]:
+
+def write_plots(run_dir: Path, results: Results, latency: Records, throughput: Records) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    primary = metrics[0]
-    lat, tp = results.get("results") or {}, results.get("results_throughput") or {}
-    colors = {arm: f"C{i % 10}" for i, arm in enumerate(results["config"]["strategies"])}
+    primary = results.primary
+    lat, tp = results.summary("latency"), results.summary("throughput")
+    colors = {arm: f"C{i % 10}" for i, arm in enumerate(results.config.strategies)}
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     drawn = set()
-    for arm in results["config"]["strategies"]:
+    for arm in results.config.strategies:
         points = []
-        if arm in tp and tp[arm]["throughput"]["speedup"] is not None:
-            points.append((tp[arm], tp[arm]["throughput"]["speedup"], "o"))
+        if arm in tp and tp[arm].throughput.speedup is not None:
+            points.append((tp[arm], tp[arm].throughput.speedup, "o"))
         if arm in lat:
             m = lat[arm]
-            points.append((m, m["speedup"]["geomean"] or (1.0 if m["num_problems"] else None), "^"))
+            points.append((m, m.speedup.geomean or (1.0 if m.num_problems else None), "^"))
         for m, x, marker in points:
-            if x is None or m["accuracy"][primary] is None:
+            if x is None or m.accuracy[primary] is None:
                 continue
-            ax.errorbar(x, m["accuracy"][primary], yerr=m["accuracy_stderr"][primary] or 0, fmt=marker, capsize=4,
+            ax.errorbar(x, m.accuracy[primary], yerr=m.accuracy_stderr[primary] or 0, fmt=marker, capsize=4,
                         color=colors[arm])
             drawn.add(marker)
-            ax.annotate(arm, (x, m["accuracy"][primary]), textcoords="offset points", xytext=(6, 6), fontsize=8,
+            ax.annotate(arm, (x, m.accuracy[primary]), textcoords="offset points", xytext=(6, 6), fontsize=8,
                         color=colors[arm])
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.margins(x=0.15, y=0.1)  # room for the labels
@@ -55,7 +55,7 @@ def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for arm, rows in shown.items():
         if rows:
-            xs = sorted(r["seconds"] for r in rows)
+            xs = sorted(r.seconds for r in rows)
             ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post", label=arm, color=colors.get(arm))
     ax.set_xlabel("wall time per problem (s)")
     ax.set_ylabel("fraction of problems")
@@ -68,7 +68,7 @@ def write_plots(run_dir: Path, results: dict[str, Any], latency: dict[str, list[
 
     # Step acceptance: over all the problems (throughput) where that mode ran, else latency.
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for arm in results["config"]["strategies"]:
+    for arm in results.config.strategies:
         points = acceptance_by_position(throughput.get(arm) or latency.get(arm) or [])
         if points:
             ax.plot([p for p, _, _ in points], [a / d for _, d, a in points], marker="o", label=arm,

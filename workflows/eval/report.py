@@ -7,10 +7,10 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 from workflows.eval.plots import write_plots
-from workflows.eval.summary import (MODES, PHASES, arm_judges, arm_strategy, arm_twins, arm_waves, compared_with,
+from workflows.eval.results import ArmSummary, Results, RunConfig
+from workflows.eval.summary import (MODES, PHASES, Records, arm_judges, arm_strategy, arm_twins, compared_with,
                                     paired_counts, recompute, shared_problems)
 
 def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
@@ -22,13 +22,12 @@ def _share(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2g}%"
 
 
-def _num_problems(m: dict[str, Any]) -> str:
+def _num_problems(m: ArmSummary) -> str:
     """A row's problem count, with the solves it leaves out (latency: problems not every arm has solved)."""
-    left = m.get("left_out") or []
-    return f"{m['num_problems']} (+{len(left)} unpaired)" if left else str(m["num_problems"])
+    return f"{m.num_problems} (+{len(m.left_out)} unpaired)" if m.left_out else str(m.num_problems)
 
 
-def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[str]) -> tuple[list[str], list[list[str]]]:
+def table(summary: dict[str, ArmSummary], metrics: tuple[str, ...] | list[str]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the result table (shared by the terminal and report.md)."""
     primary, others = metrics[0], list(metrics[1:])
     header = (["arm", "n", f"accuracy ({primary})"] + [f"acc ({k})" for k in others]
@@ -36,20 +35,17 @@ def table(summary: dict[str, dict[str, Any]], metrics: tuple[str, ...] | list[st
                  "token acc (target)", "orchestration"])
     rows = []
     for strategy, m in summary.items():
-        acc, se = m["accuracy"][primary], m["accuracy_stderr"][primary]
-        target_tokens = m["token_level"].get("target")
+        target_tokens = m.token_level.get("target")
         rows.append([
-            strategy, _num_problems(m),
-            "-" if acc is None else f"{acc:.1%}" + ("" if se is None else f" ± {se:.1%}"),
-            *[_fmt(m["accuracy"][k], ".1%") for k in others],
-            _fmt(m["seconds_p50"], ".1f"), _fmt(m["seconds_p90"], ".1f"), _fmt(m["output_tokens_per_second"], ".2f"),
-            _fmt(m["speedup"]["median"], ".2f", "×") + (f" (vs {m['speedup']['over']})" if m["speedup"].get("over")
-                                                         not in (None, "target-only") else ""),
-            _fmt(m["speedup"]["geomean"], ".2f", "×"),
-            _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
+            strategy, _num_problems(m), _accuracy(m, primary), *[_fmt(m.accuracy[k], ".1%") for k in others],
+            _fmt(m.seconds_p50, ".1f"), _fmt(m.seconds_p90, ".1f"), _fmt(m.output_tokens_per_second, ".2f"),
+            _fmt(m.speedup.median, ".2f", "×") + (f" (vs {m.speedup.over})" if m.speedup.over
+                                                  not in (None, "target-only") else ""),
+            _fmt(m.speedup.geomean, ".2f", "×"),
+            _fmt(m.step_acceptance_rate, ".0%"), _fmt(m.target_token_share, ".0%"),
             "-" if target_tokens is None else
-            f"{target_tokens['acceptance_rate']:.2f} ({target_tokens['mean_acceptance_length']:.2f}/pass)",
-            _share(m["orchestration_share"]),
+            f"{target_tokens.acceptance_rate:.2f} ({target_tokens.mean_acceptance_length:.2f}/pass)",
+            _share(m.orchestration_share),
         ])
     return header, rows
 
@@ -64,84 +60,88 @@ def _seconds(x: float | None) -> str:
     return "-" if x is None else f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def _accuracy(m: dict[str, Any], metric: str) -> str:
-    acc, se = m["accuracy"][metric], m["accuracy_stderr"][metric]
+def _accuracy(m: ArmSummary, metric: str) -> str:
+    acc, se = m.accuracy[metric], m.accuracy_stderr[metric]
     return "-" if acc is None else f"{acc:.1%}" + ("" if se is None else f" ± {se:.1%}")
 
 
-def comparison_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _vs(arm: str, m: ArmSummary, baseline: str | None) -> str:
+    """An arm's lost / gained / net against the arm it is compared with."""
+    paired = m.paired
+    if paired is None:
+        return "-"
+    if paired.over.split(" (")[0] == arm:
+        return "baseline"
+    return (f"{paired.lost} / {paired.gained} / {paired.net:+d}"
+            + (f" (vs {paired.over})" if paired.over != baseline else ""))
+
+
+def _speed(m: ArmSummary, mode: str) -> tuple[str, str]:
+    """A row's wall time and speed: throughput, the arm's wall time and speedup (with the
+    waves it covers); latency, the per-problem speedup's median and geomean."""
+    if mode != "throughput":
+        return "-", ("-" if m.speedup.median is None else
+                     f"{m.speedup.median:.2f}× median, {m.speedup.geomean:.2f}× geomean")
+    tp = m.throughput
+    wall = (_seconds(tp.wall_seconds) if tp.status == "complete" else
+            f"{tp.status or 'not run'} ({tp.num_solved or 0} of {tp.num_problems})")
+    speed = ("not compared: timed in another session than the baseline" if tp.other_session
+             else _fmt(tp.speedup, ".2f", "×"))
+    if tp.speedup is not None and tp.paired_waves < tp.num_waves:
+        speed += f" ({tp.paired_waves} of {tp.num_waves} waves)"
+    return wall, speed
+
+
+def _judge_time(arm: str, m: ArmSummary) -> str:
+    judge, vs_score = m.judge_seconds_per_drafted_step, m.judge_seconds_vs_score
+    return "-" if judge is None else f"{judge:.3g}" + ("" if vs_score is None or vs_score.over == arm
+                                                      else f" ({vs_score.ratio:.2g}× {vs_score.over})")
+
+
+def comparison_table(results: Results) -> tuple[list[str], list[list[str]]]:
     """One row per arm and mode: accuracy, paired counts against the baseline, speed,
-    and what the speculation did (from a results dict with both modes' summaries)."""
-    primary = results["run"]["metrics"][0]
-    baseline = results.get("baseline") or "baseline"
-    summaries = {"latency": results.get("results") or {}, "throughput": results.get("results_throughput") or {}}
-    header = ["arm", "mode", "n", f"accuracy ({primary})", f"vs {baseline}: lost / gained / net", "wall s",
-              "speedup", "step acc", "target tok share", "cut steps", "backoff steps", "judge s / drafted step"]
-    with_ceiling = any(m.get("ceiling") for summary in summaries.values() for m in summary.values())
+    and what the speculation did (from a results file with both modes' summaries)."""
+    header = ["arm", "mode", "n", f"accuracy ({results.primary})", f"vs {results.baseline or 'baseline'}: lost / "
+              "gained / net", "wall s", "speedup", "step acc", "target tok share", "cut steps", "backoff steps",
+              "judge s / drafted step"]
+    with_ceiling = any(m.ceiling for mode in MODES for m in results.summary(mode).values())
     if with_ceiling:
         header.insert(7, "share of ceiling")
     rows = []
-    for arm in results["config"]["strategies"]:
+    for arm in results.config.strategies:
         for mode in MODES:
-            m = summaries[mode].get(arm)
-            if m is None or (mode == "throughput" and m["throughput"]["status"] is None and not m["num_problems"]):
+            m = results.summary(mode).get(arm)
+            if m is None or (mode == "throughput" and m.throughput.status is None and not m.num_problems):
                 continue  # not run in this mode yet
-            paired = m.get("paired")
-            if paired is None:
-                vs = "-"
-            elif paired["over"].split(" (")[0] == arm:
-                vs = "baseline"
-            else:
-                vs = f"{paired['lost']} / {paired['gained']} / {paired['net']:+d}"
-                if paired["over"] != results.get("baseline"):
-                    vs += f" (vs {paired['over']})"
-            if mode == "throughput":
-                tp = m["throughput"]
-                wall = (_seconds(tp["wall_seconds"]) if tp["status"] == "complete" else
-                        f"{tp['status'] or 'not run'} ({tp['num_solved'] or 0} of {tp['num_problems']})")
-                speed = ("not compared: timed in another session than the baseline" if tp.get("other_session")
-                         else _fmt(tp["speedup"], ".2f", "×"))
-                if tp["speedup"] is not None and tp["paired_waves"] < tp["num_waves"]:
-                    speed += f" ({tp['paired_waves']} of {tp['num_waves']} waves)"
-            else:
-                wall = "-"
-                speed = ("-" if m["speedup"]["median"] is None else
-                         f"{m['speedup']['median']:.2f}× median, {m['speedup']['geomean']:.2f}× geomean")
-            drafted = m.get("num_drafted_steps") or 0
-            cut = m.get("num_cut_steps")
-            judge = m.get("judge_seconds_per_drafted_step")
-            vs_score = m.get("judge_seconds_vs_score")
-            ceiling = m.get("ceiling")
+            cut, drafted, ceiling = m.num_cut_steps, m.num_drafted_steps, m.ceiling
             rows.append([
-                arm, mode, _num_problems(m), _accuracy(m, primary), vs, wall, speed,
-                *([] if not with_ceiling else ["-" if not ceiling or ceiling["share"] is None else
-                                               f"{ceiling['share']:.0%} of {ceiling['speedup']:.2f}×"]),
-                _fmt(m["step_acceptance_rate"], ".0%"), _fmt(m["target_token_share"], ".0%"),
+                arm, mode, _num_problems(m), _accuracy(m, results.primary), _vs(arm, m, results.baseline),
+                *_speed(m, mode),
+                *([] if not with_ceiling else ["-" if not ceiling or ceiling.share is None else
+                                               f"{ceiling.share:.0%} of {ceiling.speedup:.2f}×"]),
+                _fmt(m.step_acceptance_rate, ".0%"), _fmt(m.target_token_share, ".0%"),
                 "-" if cut is None or not drafted else f"{cut} ({cut / drafted:.0%})",
-                _fmt(m.get("num_backoff_steps"), "d"),
-                "-" if judge is None else f"{judge:.3g}" + ("" if vs_score is None or vs_score["over"] == arm
-                                                            else f" ({vs_score['ratio']:.2g}× {vs_score['over']})"),
+                _fmt(m.num_backoff_steps, "d"), _judge_time(arm, m),
             ])
     return header, rows
 
 
-def profile_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def profile_table(results: Results) -> tuple[list[str], list[list[str]]]:
     """One row per arm and mode: seconds per phase with their shares of the wall time, and each
     author's tokens per second (:func:`phase_profile`)."""
-    summaries = {"latency": results.get("results") or {}, "throughput": results.get("results_throughput") or {}}
     header = ["arm", "mode", "wall s", "draft writing", "target writing", "verification", "other",
               "draft tok/s", "target tok/s", "verified tok/s", "drafted tokens thrown away"]
     rows = []
-    for arm in results["config"]["strategies"]:
+    for arm in results.config.strategies:
         for mode in MODES:
-            m = summaries[mode].get(arm)
-            if m is None or not m["num_problems"]:
+            m = results.summary(mode).get(arm)
+            if m is None or not m.num_problems:
                 continue
-            p = m["profile"]
-            rows.append([arm, mode, _seconds(p["wall_seconds"]),
-                         *[f"{_seconds(p['seconds'][phase])} ({_fmt(p['share'][phase], '.0%')})" for phase in PHASES],
-                         *[_fmt(p["tokens_per_second"][phase], ".1f") for phase in ("draft", "target", "verify")],
-                         f"{p['num_wasted_draft_tokens']} of {p['tokens']['draft']}" if p["tokens"]["draft"] else "-"])
+            p = m.profile
+            rows.append([arm, mode, _seconds(p.wall_seconds),
+                         *[f"{_seconds(p.seconds[phase])} ({_fmt(p.share[phase], '.0%')})" for phase in PHASES],
+                         *[_fmt(p.tokens_per_second[phase], ".1f") for phase in ("draft", "target", "verify")],
+                         f"{p.num_wasted_draft_tokens} of {p.tokens['draft']}" if p.tokens["draft"] else "-"])
     return header, rows
 
 
@@ -185,54 +185,55 @@ def update_headline(readme: str | Path) -> bool:
     return new != text
 
 
-def wave_table(results: dict[str, Any], throughput: dict[str, list[dict]]) -> tuple[list[str], list[list[str]]]:
+def wave_table(results: Results, throughput: Records) -> tuple[list[str], list[list[str]]]:
     """One row per throughput wave: each arm's right answers and wall time, with the session that
     timed it (numbered as the report lists them), then each arm against the arm it is compared with
     on that wave's problems: lost / gained, and the speedup where one session timed both. Example: a
     wave that ``tree`` solved 6/10 in 3567 s and ``tree-target`` 7/10 in 4512 s, both in session 7,
     reads ``6/10``, ``3567 (7)``, ``7/10``, ``4512 (7)``, ``2 / 1``, ``1.26×``."""
-    primary, ids = results["run"]["metrics"][0], results["run"]["problem_ids"]
-    wave = results["config"]["throughput_wave"]
-    arms = [arm for arm in results["config"]["strategies"] if arm in throughput]
+    primary, ids, wave = results.primary, results.run.problem_ids, results.config.throughput_wave
+    arms = [arm for arm in results.config.strategies if arm in throughput]
     twins = arm_twins(results)
-    compared = {arm: over for arm in arms if (over := compared_with(arm, twins, arms, results.get("baseline")))
+    compared = {arm: over for arm in arms if (over := compared_with(arm, twins, arms, results.baseline))
                 not in (None, arm)}
-    waves = {arm: arm_waves(results, arm) for arm in arms}
+    waves = {arm: results.run.waves(arm) for arm in arms}
     header = ["wave", "problems", *[f"{arm} {col}" for arm in arms for col in ("right", "wall s (session)")],
               *[f"{arm} vs {over}: {col}" for arm, over in compared.items() for col in ("lost / gained", "speedup")]]
     rows = []
     for i, start in enumerate(range(0, len(ids), wave)):
         docs = ids[start:start + wave]
-        solved = {arm: [r for r in throughput[arm] if r["doc_id"] in docs] for arm in arms}
-        timed = {arm: waves[arm][i] if i < len(waves[arm]) else {"status": "not run"} for arm in arms}
+        solved = {arm: [r for r in throughput[arm] if r.doc_id in docs] for arm in arms}
+        timed = {arm: waves[arm][i] if i < len(waves[arm]) else None for arm in arms}
         contiguous = docs == list(range(docs[0], docs[-1] + 1))
         row = [str(i + 1), f"#{docs[0]}-{docs[-1]}" if contiguous else f"{len(docs)} sampled"]
         for arm in arms:
             w = timed[arm]
-            right = sum(bool(r["correct"][primary]) for r in solved[arm])
+            right = sum(r.is_correct(primary) for r in solved[arm])
             row += [f"{right}/{len(solved[arm])}" if solved[arm] else "-",
-                    f"{w['wall_seconds']:.0f} ({w['session'] + 1})" if w["status"] == "complete" else w["status"]]
+                    "not run" if w is None else f"{w.wall_seconds:.0f} ({w.session + 1})"
+                    if w.status == "complete" else w.status]
         for arm, over in compared.items():
             paired = paired_counts(solved[arm], solved[over], primary)
             mine, base = timed[arm], timed[over]
-            speed = ("-" if not mine["status"] == base["status"] == "complete" else "sessions differ"
-                     if mine["session"] != base["session"] else f"{base['wall_seconds'] / mine['wall_seconds']:.2f}×")
-            row += [f"{paired['lost']} / {paired['gained']}" if paired["num_problems"] else "-", speed]
+            speed = ("-" if mine is None or base is None or not mine.status == base.status == "complete"
+                     else "sessions differ" if mine.session != base.session
+                     else f"{base.wall_seconds / mine.wall_seconds:.2f}×")
+            row += [f"{paired.lost} / {paired.gained}" if paired.num_problems else "-", speed]
         rows.append(row)
     return header, rows
 
 
-def _describe_arm(arm: str, results: dict[str, Any], judges: dict[str, str | None]) -> str:
-    options = (results["config"].get("strategy_options") or {}).get(arm, {})
+def _describe_arm(arm: str, results: Results, judges: dict[str, str | None]) -> str:
+    options = results.config.strategy_options.get(arm, {})
     strategy = arm_strategy(arm, results)
     judge = judges.get(arm)
     given = {k: v for k, v in options.items() if k != "strategy"}
     parts = [f"`{strategy}`"] + ([f"judge `{judge}`"] if judge else [])
     if given:
         parts.append(", ".join(f"{k}={json.dumps(v)}" for k, v in given.items()))
-    target_spec = ((results["run"].get("arms") or {}).get(arm) or {}).get("target_spec")
-    if target_spec:
-        parts.append(f"the target's token-level speculation: {target_spec}")
+    info = results.run.arms.get(arm)
+    if info is not None and info.target_spec:
+        parts.append(f"the target's token-level speculation: {info.target_spec}")
     return f"* `{arm}`: " + "; ".join(parts)
 
 
@@ -240,7 +241,7 @@ def write_report(run_dir: str | Path) -> Path:
     """report.md and its plots, rebuilt from the run's results and samples files."""
     run_dir = Path(run_dir)
     results, latency, throughput = recompute(run_dir)
-    plots = write_plots(run_dir, results, shared_problems(latency)[0], throughput, results["run"]["metrics"])
+    plots = write_plots(run_dir, results, shared_problems(latency)[0], throughput)
     lines = [*_modes_text(results), *_tables(results, latency, throughput), *_setup_text(results, latency),
              *[f"![{p}]({p})" for p in plots]]
     path = run_dir / "report.md"
@@ -248,42 +249,40 @@ def write_report(run_dir: str | Path) -> Path:
     return path
 
 
-def _modes_text(results: dict[str, Any]) -> list[str]:
+def _modes_text(results: Results) -> list[str]:
     """The title, the problems, and how each mode ran."""
-    config, run = results["config"], results["run"]
-    modes = run.get("modes") or ["latency"]
-    num_latency = len(run.get("latency_problem_ids", run["problem_ids"]))
+    config, run = results.config, results.run
+    modes, num = run.modes, len(run.problem_ids)
     lines = [
-        f"# stepspec bench: {config['dataset']}, {', '.join(config['strategies'])}",
+        f"# stepspec bench: {config.dataset}, {', '.join(config.strategies)}",
         "",
-        f"Status: **{results['status']}**. {len(run['problem_ids'])} problems from `{run['dataset_source']}` "
-        f"(offset {config['offset']}, limit {config['limit']}, sample {config['sample']}, seed {config['seed']}), "
-        f"graded by `{run['grader']}`.",
+        f"Status: **{results.status}**. {num} problems from `{run.dataset_source}` "
+        f"(offset {config.offset}, limit {config.limit}, sample {config.sample}, seed {config.seed}), "
+        f"graded by `{run.grader}`.",
         "",
     ]
-    if "throughput" in modes and config.get("throughput_wave"):
-        lines += [f"**Throughput mode**: the {len(run['problem_ids'])} problems in waves of "
-                  f"{config['throughput_wave']}: every arm in turn (rotating order) solved a wave's problems "
+    if "throughput" in modes and config.throughput_wave:
+        lines += [f"**Throughput mode**: the {num} problems in waves of "
+                  f"{config.throughput_wave}: every arm in turn (rotating order) solved a wave's problems "
                   "concurrently on one reasoner, prefix caches reset before each, before the next wave started; a "
                   "wave's wall time, first request to last answer, is measured, and an arm's is the sum of its "
                   "waves' (speedup: the baseline's wall time / the arm's, over the waves one session timed for "
                   "both).", ""]
     elif "throughput" in modes:
-        lines += [f"**Throughput mode**: each arm in turn solved all {len(run['problem_ids'])} problems "
+        lines += [f"**Throughput mode**: each arm in turn solved all {num} problems "
                   "concurrently on one reasoner, prefix caches reset before each arm; its wall time, first request "
                   "to last answer, is measured (speedup: target-only's wall time / the arm's).", ""]
     if "latency" in modes:
-        lines += [f"**Latency mode**: {num_latency} problems, one at a time; all "
+        lines += [f"**Latency mode**: {len(run.latency_ids)} problems, one at a time; all "
                   f"{'arms' if 'throughput' in modes else 'strategies'} ran in one process on the same engines and "
                   "hardware, interleaved problem by problem (rotating order), prefix caches reset before every "
                   "solve; a problem's speedup pairs its solves of one session. Times are wall clock, measured.", ""]
     return lines
 
 
-def _tables(results: dict[str, Any], latency: dict[str, list[dict]],
-            throughput: dict[str, list[dict]]) -> list[str]:
+def _tables(results: Results, latency: Records, throughput: Records) -> list[str]:
     """The comparison, the phase profile, the waves and the latency table, each with what it means."""
-    config, run = results["config"], results["run"]
+    config, run = results.config, results.run
     lines: list[str] = []
     comparison = comparison_table(results)
     if comparison[1]:
@@ -298,7 +297,7 @@ def _tables(results: dict[str, Any], latency: dict[str, list[dict]],
                   "Judge s / drafted step: the judge's time over the drafted steps, and its ratio to the `score` "
                   "judge's arm.", ""]
         judges = arm_judges(results, {**throughput, **latency})
-        lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config["strategies"]], ""]
+        lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config.strategies], ""]
     profile = profile_table(results)
     if profile[1]:
         lines += ["## Where the time goes", "", markdown_table(*profile), "",
@@ -308,16 +307,16 @@ def _tables(results: dict[str, Any], latency: dict[str, list[dict]],
                   "where a strategy's calls overlap). Tokens per second of each author's own time; verified: drafted "
                   "tokens judged per second of verification. Under load (throughput) a trace's seconds include "
                   "waiting for the batch it shares.", ""]
-    if len(run["problem_ids"]) > (config.get("throughput_wave") or math.inf) and any(throughput.values()):
+    if len(run.problem_ids) > (config.throughput_wave or math.inf) and any(throughput.values()):
         lines += ["## Throughput waves", "", markdown_table(*wave_table(results, throughput)), "",
                   ("Wall s (session): the wave's wall time and the session that timed it (listed below). Lost / "
                    "gained: on the wave's problems, against the arm compared with; speedup: its wall time / the "
                    "arm's, only where one session timed both."), ""]
     if any(latency.values()):
-        header, rows = table(results["results"], run["metrics"])
-        lines += ["## Latency mode" if "throughput" in (run.get("modes") or ["latency"]) else "## Per strategy", "",
+        header, rows = table(results.summary("latency"), run.metrics)
+        lines += ["## Latency mode" if "throughput" in run.modes else "## Per strategy", "",
                   markdown_table(header, rows), ""]
-    unpaired = {arm: m["left_out"] for arm, m in (results["results"] or {}).items() if m.get("left_out")}
+    unpaired = {arm: m.left_out for arm, m in results.summary("latency").items() if m.left_out}
     if unpaired:
         lines += ["Latency rows count the problems every arm has solved, side by side; left out until the other "
                   "arms solve them (+N unpaired): " + "; ".join(f"`{arm}` " + ", ".join(f"#{d}" for d in docs)
@@ -325,42 +324,41 @@ def _tables(results: dict[str, Any], latency: dict[str, list[dict]],
     return lines
 
 
-def _model_text(config: dict[str, Any], role: str, speculation: str) -> str:
-    if config.get(f"{role}_url"):
-        return f"{role} `{config[role]}` served at {config[f'{role}_url']}"
-    method = config[f"{role}_spec"]
+def _model_text(config: RunConfig, role: str, speculation: str) -> str:
+    if config.url(role):
+        return f"{role} `{config.model(role)}` served at {config.url(role)}"
+    method = config.spec(role)
     own = " (each arm's strategy's own, listed with the arms)" if method == "auto" else ""
-    return f"{role} `{config[role]}` ({speculation}: {method}{own})"
+    return f"{role} `{config.model(role)}` ({speculation}: {method}{own})"
 
 
-def _setup_text(results: dict[str, Any], latency: dict[str, list[dict]]) -> list[str]:
+def _setup_text(results: Results, latency: Records) -> list[str]:
     """Models, budget, hardware, versions, sessions, engines, orchestration overhead, skipped lines."""
-    config, run = results["config"], results["run"]
-    modes = run.get("modes") or ["latency"]
-    sessions = run["sessions"]
-    hw = sessions[-1]["hardware"] if sessions else {}
-    versions = results.get("versions", {})
-    no_reset = sorted({role for s in sessions for role, ok in (s.get("prefix_cache_reset") or {}).items() if not ok})
+    config, run = results.config, results.run
+    sessions = run.sessions
+    hw = sessions[-1].hardware if sessions else None
+    no_reset = sorted({role for s in sessions for role, ok in s.prefix_cache_reset.items() if not ok})
     lines = [
         f"Models: {_model_text(config, 'target', 'token-level speculation')}, "
-        f"{_model_text(config, 'draft', 'token-level')}. Budget: {config['max_tokens']} tokens, "
-        f"{config['max_step_tokens']} per step, {config['max_steps']} steps."
+        f"{_model_text(config, 'draft', 'token-level')}. Budget: {config.max_tokens} tokens, "
+        f"{config.max_step_tokens} per step, {config.max_steps} steps."
         + (f" The {' and '.join(no_reset)} engine could not reset its prefix cache (a server): it carried over "
            "between solves." if no_reset else ""),
-        f"Hardware: {hw.get('cpu_count')} CPUs ({hw.get('machine')}"
-        + (f", {hw['cpu']}, native bf16: {', '.join(hw['bf16_flags']) or 'none'}" if hw.get("cpu") else "")
-        + f"), GPU: {hw.get('gpu') or 'none'}. "
-        f"Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "platform")
-        + f". Git: `{results.get('git_hash')}`.",
+        f"Hardware: {hw and hw.cpu_count} CPUs ({hw and hw.machine}"
+        + (f", {hw.cpu}, native bf16: {', '.join(hw.bf16_flags) or 'none'}" if hw and hw.cpu else "")
+        + f"), GPU: {(hw and hw.gpu) or 'none'}. "
+        f"Versions: " + ", ".join(f"{k} {v}" for k, v in results.versions.items() if v and k != "platform")
+        + f". Git: `{results.git_hash}`.",
         "",
         "Sessions (a resumed run has several): "
-        + "; ".join(f"({i}) {s['started']}: {s['num_solved']} solve{'' if s['num_solved'] == 1 else 's'} in "
-                    f"{_fmt(s['seconds'], '.0f', ' s')} (engine start {_fmt(s['startup_seconds'], '.0f', ' s')}"
-                    + (f"; {' and '.join(s['modes'])} only" if sorted(s.get("modes", modes)) != sorted(modes) else "")
+        + "; ".join(f"({i}) {s.started}: {s.num_solved} solve{'' if s.num_solved == 1 else 's'} in "
+                    f"{_fmt(s.seconds, '.0f', ' s')} (engine start {_fmt(s.startup_seconds, '.0f', ' s')}"
+                    + (f"; {' and '.join(s.modes)} only" if s.modes is not None and sorted(s.modes) != sorted(run.modes)
+                       else "")
                     + ")" for i, s in enumerate(sessions, 1)) + ".",
         "",
     ]
-    engines = sessions[-1].get("engines") if sessions else None
+    engines = sessions[-1].engines if sessions else None
     if engines:
         lines += ["Engines (last session): " + "; ".join(
             f"{role} computes in {e.get('dtype') or '?'}" + (f" ({e['dtype_reason']})" if e.get("dtype_reason") else "")
@@ -368,12 +366,12 @@ def _setup_text(results: dict[str, Any], latency: dict[str, list[dict]]) -> list
     if any(latency.values()):
         lines += ["Speedup is per problem (target-only seconds / strategy seconds), then median and geometric mean. "
                   "Orchestration is the share of wall time with no model call in flight.", ""]
-    over = results.get("overhead") or {}
-    if over.get("run_share") is not None:
-        lines += [f"Orchestration over the whole run: {_share(over['solve_share'])} of the solves' wall time; "
-                  f"{_share(over['run_share'])} of the problem loop's {over['loop_seconds']:.0f} s, which also "
-                  f"counts grading and writing samples (model calls: {over['model_seconds']:.0f} s, prefix-cache "
-                  f"resets: {over['reset_seconds']:.1f} s).", ""]
-    if run.get("skipped_lines"):
-        lines += [f"Skipped malformed data lines: {', '.join(str(n) for n, _ in run['skipped_lines'])}.", ""]
+    over = results.overhead
+    if over is not None and over.run_share is not None:
+        lines += [f"Orchestration over the whole run: {_share(over.solve_share)} of the solves' wall time; "
+                  f"{_share(over.run_share)} of the problem loop's {over.loop_seconds:.0f} s, which also "
+                  f"counts grading and writing samples (model calls: {over.model_seconds:.0f} s, prefix-cache "
+                  f"resets: {over.reset_seconds:.1f} s).", ""]
+    if run.skipped_lines:
+        lines += [f"Skipped malformed data lines: {', '.join(str(n) for n, _ in run.skipped_lines)}.", ""]
     return lines

@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from common.files import JsonlError, read_jsonl
+from common.options import explain
+from workflows.eval.results import Results, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +47,17 @@ def find_results(run_dir: Path) -> Path:
     return found[0]
 
 
-def read_samples(path: Path, repair: bool = False) -> list[dict]:
+def read_results(run_dir: Path) -> Results:
+    """A run's results file, typed; a file that does not read is an error naming it."""
+    path = find_results(run_dir)
+    try:
+        return Results.model_validate_json(path.read_bytes())
+    except ValidationError as e:
+        raise BenchError(explain(Results, e, f"{path} (a results file)") + "; restore the file from version "
+                         "control, or start the run again in a new --output-dir") from e
+
+
+def read_samples(path: Path, repair: bool = False) -> list[Sample]:
     """A samples file's records. A last line cut off mid-write (the process was killed)
     is dropped, and with ``repair`` removed from the file; a malformed line elsewhere
     is an error naming it."""
@@ -55,7 +69,14 @@ def read_samples(path: Path, repair: bool = False) -> list[dict]:
     if read.torn_line is not None:
         logger.warning("%s:%d: dropping a sample line cut off mid-write; that problem is solved again",
                        path, read.torn_line)
-    return read.records
+    samples = []
+    for lineno, record in enumerate(read.records, 1):
+        try:
+            samples.append(Sample.model_validate(record))
+        except ValidationError as e:
+            raise BenchError(explain(Sample, e, f"{path}:{lineno} (a sample)") + "; fix or delete that line (the "
+                             "run re-solves any problem missing from the file)") from e
+    return samples
 
 
 def versions() -> dict[str, str | None]:

@@ -56,50 +56,46 @@ and each mode, latency and throughput, is summarized on its own):
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+
+from workflows.eval.results import (ArmSummary, Ceiling, Paired, Profile, Results, Sample, Speedup,
+                                    ThroughputFigures, TokenLevel, VsScore)
 
 PLOTS = ("accuracy_vs_speedup.png", "latency_cdf.png", "acceptance_by_position.png")
 PAIRED_BASELINES = {"tree": "tree-target", "best-of-n": "best-of-n-target"}
 MODES = ("throughput", "latency")  # the order of the report's rows
 CEILING = "draft-only"  # the strategy whose speedup is the pair's ceiling
 PHASES = ("draft", "target", "verify", "other")
+Records = dict[str, list[Sample]]  # an arm's samples of one mode, in the run's problem order
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def paired_counts(rows: list[dict], base_rows: list[dict], metric: str) -> dict[str, Any]:
+def paired_counts(rows: list[Sample], base_rows: list[Sample], metric: str, over: str | None = None) -> Paired:
     """An arm's correctness against the baseline's on the problems both solved:
     ``lost`` (baseline right, arm wrong), ``gained`` (the reverse), ``net`` = lost − gained."""
-    base = {r["doc_id"]: bool(r["correct"][metric]) for r in base_rows}
-    pairs = [(base[r["doc_id"]], bool(r["correct"][metric])) for r in rows if r["doc_id"] in base]
+    base = {r.doc_id: r.is_correct(metric) for r in base_rows}
+    pairs = [(base[r.doc_id], r.is_correct(metric)) for r in rows if r.doc_id in base]
     lost = sum(1 for b, a in pairs if b and not a)
     gained = sum(1 for b, a in pairs if a and not b)
-    return {"metric": metric, "num_problems": len(pairs), "lost": lost, "gained": gained, "net": lost - gained,
-            "accuracy": statistics.fmean(a for _, a in pairs) if pairs else None,
-            "baseline_accuracy": statistics.fmean(b for b, _ in pairs) if pairs else None}
+    return Paired(metric=metric, num_problems=len(pairs), lost=lost, gained=gained, net=lost - gained,
+                  accuracy=statistics.fmean(a for _, a in pairs) if pairs else None,
+                  baseline_accuracy=statistics.fmean(b for b, _ in pairs) if pairs else None, over=over)
 
 
-def _judge_seconds(record: dict) -> float:
-    """A sample's judge seconds (older samples have them only per step)."""
-    if "judge_seconds" in record["stats"]:
-        return record["stats"]["judge_seconds"]
-    return sum(step.get("judge_seconds", 0.0) for step in record["trace"]["steps"])
-
-
-def _stat_total(stats: list[dict], key: str) -> int | None:
+def _stat_total(rows: list[Sample], key: str) -> int | None:
     """A counter summed over the samples; None when the samples predate it."""
-    return sum(s[key] for s in stats) if stats and all(key in s for s in stats) else None
+    values = [getattr(r.stats, key) for r in rows]
+    return sum(values) if values and None not in values else None
 
 
-def phase_profile(rows: list[dict]) -> dict[str, Any]:
+def phase_profile(rows: list[Sample]) -> Profile:
     """Where an arm's time went, over its sample records: seconds per phase (``draft``: the
     draft writing, kept or not; ``target``: the target writing; ``verify``: the judge; ``other``:
     the wall time left, scheduling and orchestration), their shares of the wall time, each
@@ -112,22 +108,21 @@ def phase_profile(rows: list[dict]) -> dict[str, Any]:
     after 30, and the target's 12 tokens after the cut in 1.5 s, plus a 60-token opening by the
     target in 5 s: draft 2 s (20 tok/s), target 6.5 s (72 tokens, 11 tok/s), verify 0.5 s (40
     tokens), other 1 s; 10 drafted tokens thrown away."""
-    wall = sum(r["seconds"] for r in rows)
-    steps = [step for r in rows for step in r["trace"]["steps"]]
-    seconds = {"draft": sum(step.get("draft_seconds", 0.0) for step in steps),
-               "target": sum(step.get("target_seconds", 0.0) for step in steps),
-               "verify": sum(_judge_seconds(r) for r in rows)}
+    wall = sum(r.seconds for r in rows)
+    steps = [step for r in rows for step in r.steps]
+    seconds = {"draft": sum(step.draft_seconds for step in steps),
+               "target": sum(step.target_seconds for step in steps),
+               "verify": sum(r.judge_seconds for r in rows)}
     seconds["other"] = wall - sum(seconds.values())
-    judged = [step for step in steps if step.get("accepted") is not None]
-    tokens = {"draft": sum(step["num_draft_tokens"] for step in steps),
-              "target": sum(step["num_target_tokens"] for step in steps),
-              "verify": sum(step["num_draft_tokens"] for step in judged)}
-    return {"wall_seconds": wall, "seconds": seconds,
-            "share": {phase: _ratio(seconds[phase], wall) for phase in PHASES},
-            "tokens": tokens,
-            "tokens_per_second": {phase: _ratio(tokens[phase], seconds[phase]) for phase in tokens},
-            "num_wasted_draft_tokens": sum(step["num_draft_tokens"] - step.get("num_kept_tokens", 0)
-                                           for step in judged if not step["accepted"])}
+    judged = [step for step in steps if step.accepted is not None]
+    tokens = {"draft": sum(step.num_draft_tokens for step in steps),
+              "target": sum(step.num_target_tokens for step in steps),
+              "verify": sum(step.num_draft_tokens for step in judged)}
+    return Profile(wall_seconds=wall, seconds=seconds,
+                   share={phase: _ratio(seconds[phase], wall) for phase in PHASES},
+                   tokens=tokens, tokens_per_second={phase: _ratio(tokens[phase], seconds[phase]) for phase in tokens},
+                   num_wasted_draft_tokens=sum(step.num_draft_tokens - step.num_kept_tokens
+                                               for step in judged if not step.accepted))
 
 
 def share_of_ceiling(speedup: float | None, ceiling: float | None) -> float | None:
@@ -137,101 +132,111 @@ def share_of_ceiling(speedup: float | None, ceiling: float | None) -> float | No
     return (1 - 1 / speedup) / (1 - 1 / ceiling)
 
 
-def same_session(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_session(a: Sample, b: Sample) -> bool:
     """Whether two sample records' seconds compare: one session solved both (records from
     before samples named their session pair only with each other, as they always did)."""
-    return a.get("session") == b.get("session")
+    return a.session == b.session
 
 
-def summarize(records: dict[str, list[dict]], metrics: tuple[str, ...] | list[str],
-              baseline: str | None = "target-only", *, judges: dict[str, str | None] | None = None,
-              twins: dict[str, str] | None = None, fallback: dict[str, list[dict]] | None = None,
-              fallback_name: str = "other mode") -> dict[str, dict[str, Any]]:
+def _speedup(rows: list[Sample], base: dict[int, Sample], over: str | None) -> Speedup:
+    ratios = [base[r.doc_id].seconds / r.seconds for r in rows
+              if r.doc_id in base and r.seconds > 0 and same_session(r, base[r.doc_id])]
+    return Speedup(median=statistics.median(ratios) if ratios else None,
+                   geomean=math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
+                   num_problems=len(ratios), over=over if ratios else None)
+
+
+def _token_level(rows: list[Sample]) -> dict[str, TokenLevel]:
+    out = {}
+    for role in sorted({k for r in rows for k in r.stats.spec_decoding}):
+        counts = [r.stats.spec_decoding.get(role, {}) for r in rows]
+        drafts, proposed, accepted = (sum(c.get(key, 0) for c in counts)
+                                      for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"))
+        if drafts:
+            out[role] = TokenLevel(num_drafts=drafts, num_draft_tokens=proposed, num_accepted_tokens=accepted,
+                                   acceptance_rate=_ratio(accepted, proposed),
+                                   mean_acceptance_length=1 + accepted / drafts)
+    return out
+
+
+def _paired(rows: list[Sample], over: str | None, records: Records, fallback: Records | None,
+            fallback_name: str, metric: str) -> Paired | None:
+    if over in records:
+        return paired_counts(rows, records[over], metric, over)
+    if over and fallback and over in fallback:
+        return paired_counts(rows, fallback[over], metric, f"{over} ({fallback_name})")
+    return None
+
+
+def arm_summary(rows: list[Sample], metrics: tuple[str, ...] | list[str], speedup: Speedup,
+                paired: Paired | None) -> ArmSummary:
+    """One arm's figures from its samples (the module docstring defines each)."""
+    n = len(rows)
+    accuracy = {k: statistics.fmean(r.is_correct(k) for r in rows) if n else None for k in metrics}
+    seconds = [r.seconds for r in rows]
+    stats = [r.stats for r in rows]
+    num_tokens = sum(s.num_tokens for s in stats)
+    drafted = sum(s.num_drafted_steps for s in stats)
+    judge_seconds = sum(r.judge_seconds for r in rows)
+    return ArmSummary(
+        num_problems=n, num_errors=sum(1 for r in rows if r.error), accuracy=accuracy,
+        accuracy_stderr={k: (math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None) if (p := accuracy[k]) is not None
+                         else None for k in metrics},
+        seconds_p50=float(np.percentile(seconds, 50)) if n else None,
+        seconds_p90=float(np.percentile(seconds, 90)) if n else None,
+        seconds_total=sum(seconds), output_tokens_per_second=_ratio(num_tokens, sum(seconds)), speedup=speedup,
+        step_acceptance_rate=_ratio(sum(s.num_accepted_steps for s in stats), drafted),
+        target_token_share=_ratio(sum(s.num_target_tokens for s in stats), num_tokens),
+        num_tokens_mean=num_tokens / n if n else None,
+        num_generated_tokens={role: sum(s.num_generated_tokens.get(role, 0) for s in stats)
+                              for role in sorted({k for s in stats for k in s.num_generated_tokens})},
+        num_target_calls_mean=statistics.fmean(s.num_target_calls for s in stats) if n else None,
+        num_judge_calls_mean=statistics.fmean(s.num_judge_calls for s in stats) if n else None,
+        token_level=_token_level(rows),
+        orchestration_share=_ratio(sum(seconds) - sum(r.model_seconds for r in rows), sum(seconds)),
+        stop_reasons=dict(sorted(_count(r.stop_reason for r in rows).items())), paired=paired,
+        num_drafted_steps=drafted, num_cut_steps=_stat_total(rows, "num_cut_steps"),
+        num_kept_draft_tokens=_stat_total(rows, "num_kept_draft_tokens"),
+        num_backoff_steps=_stat_total(rows, "num_backoff_steps"), judge_seconds=judge_seconds,
+        judge_seconds_per_drafted_step=_ratio(judge_seconds, drafted), profile=phase_profile(rows))
+
+
+def summarize(records: Records, metrics: tuple[str, ...] | list[str], baseline: str | None = "target-only", *,
+              judges: dict[str, str | None] | None = None, twins: dict[str, str] | None = None,
+              fallback: Records | None = None, fallback_name: str = "other mode") -> dict[str, ArmSummary]:
     """Per arm, the run's metrics from its sample records (one mode's).
 
     ``judges``: arm → judge name, for the judge-time ratio to the ``score`` arm.
     ``twins``: search arm → its target-only twin's arm (default: arms named as their strategies).
     ``fallback``: the other mode's records, to pair accuracy with a baseline
     that did not run in this mode."""
-    out = {}
-    primary = metrics[0]
     twins = PAIRED_BASELINES if twins is None else twins
+    out = {}
     for strategy, rows in records.items():
         over = compared_with(strategy, twins, records, baseline)
-        base = {r["doc_id"]: r for r in records.get(over, [])} if over else {}
-        n = len(rows)
-        m: dict[str, Any] = {"num_problems": n, "num_errors": sum(1 for r in rows if r["error"])}
-        m["accuracy"] = {k: statistics.fmean(r["correct"][k] for r in rows) if n else None for k in metrics}
-        m["accuracy_stderr"] = {k: (math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None) if (p := m["accuracy"][k])
-                                is not None else None for k in metrics}
-        seconds = [r["seconds"] for r in rows]
-        m["seconds_p50"] = float(np.percentile(seconds, 50)) if n else None
-        m["seconds_p90"] = float(np.percentile(seconds, 90)) if n else None
-        m["seconds_total"] = sum(seconds)
-        stats = [r["stats"] for r in rows]
-        num_tokens = sum(s["num_tokens"] for s in stats)
-        m["output_tokens_per_second"] = _ratio(num_tokens, sum(seconds))
-        ratios = [base[r["doc_id"]]["seconds"] / r["seconds"] for r in rows
-                  if r["doc_id"] in base and r["seconds"] > 0 and same_session(r, base[r["doc_id"]])]
-        m["speedup"] = {"median": statistics.median(ratios) if ratios else None,
-                        "geomean": math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
-                        "num_problems": len(ratios), "over": over if ratios else None}
-        m["step_acceptance_rate"] = _ratio(sum(s["num_accepted_steps"] for s in stats),
-                                           sum(s["num_drafted_steps"] for s in stats))
-        m["target_token_share"] = _ratio(sum(s["num_target_tokens"] for s in stats), num_tokens)
-        m["num_tokens_mean"] = num_tokens / n if n else None
-        m["num_generated_tokens"] = {role: sum(s["num_generated_tokens"].get(role, 0) for s in stats)
-                                     for role in sorted({k for s in stats for k in s["num_generated_tokens"]})}
-        m["num_target_calls_mean"] = statistics.fmean(s["num_target_calls"] for s in stats) if n else None
-        m["num_judge_calls_mean"] = statistics.fmean(s["num_judge_calls"] for s in stats) if n else None
-        token_level = {}
-        for role in sorted({k for s in stats for k in s["spec_decoding"]}):
-            drafts = sum(s["spec_decoding"].get(role, {}).get("num_drafts", 0) for s in stats)
-            proposed = sum(s["spec_decoding"].get(role, {}).get("num_draft_tokens", 0) for s in stats)
-            accepted = sum(s["spec_decoding"].get(role, {}).get("num_accepted_tokens", 0) for s in stats)
-            if drafts:
-                token_level[role] = {"num_drafts": drafts, "num_draft_tokens": proposed,
-                                     "num_accepted_tokens": accepted, "acceptance_rate": _ratio(accepted, proposed),
-                                     "mean_acceptance_length": 1 + accepted / drafts}
-        m["token_level"] = token_level
-        model = sum(r["model_seconds"] for r in rows)
-        m["orchestration_share"] = _ratio(sum(seconds) - model, sum(seconds))
-        m["stop_reasons"] = dict(sorted(_count(r["stop_reason"] for r in rows).items()))
-        if over in records:
-            m["paired"] = {"over": over, **paired_counts(rows, records[over], primary)}
-        elif over and fallback and over in fallback:
-            m["paired"] = {"over": f"{over} ({fallback_name})", **paired_counts(rows, fallback[over], primary)}
-        else:
-            m["paired"] = None
-        drafted = sum(s["num_drafted_steps"] for s in stats)
-        m["num_drafted_steps"] = drafted
-        m["num_cut_steps"] = _stat_total(stats, "num_cut_steps")
-        m["num_kept_draft_tokens"] = _stat_total(stats, "num_kept_draft_tokens")
-        m["num_backoff_steps"] = _stat_total(stats, "num_backoff_steps")
-        m["judge_seconds"] = sum(_judge_seconds(r) for r in rows)
-        m["judge_seconds_per_drafted_step"] = _ratio(m["judge_seconds"], drafted)
-        m["profile"] = phase_profile(rows)
-        out[strategy] = m
+        base = {r.doc_id: r for r in records.get(over, [])} if over else {}
+        out[strategy] = arm_summary(rows, metrics, _speedup(rows, base, over),
+                                    _paired(rows, over, records, fallback, fallback_name, metrics[0]))
     score_arm = next((a for a, m in out.items() if (judges or {}).get(a) == "score"
-                      and m["judge_seconds_per_drafted_step"]), None)
-    for arm, m in out.items():
-        mine = m["judge_seconds_per_drafted_step"]
-        m["judge_seconds_vs_score"] = None if score_arm is None or mine is None else {
-            "over": score_arm, "ratio": mine / out[score_arm]["judge_seconds_per_drafted_step"]}
+                      and m.judge_seconds_per_drafted_step), None)
+    for m in out.values():
+        mine = m.judge_seconds_per_drafted_step
+        m.judge_seconds_vs_score = None if score_arm is None or mine is None else VsScore(
+            over=score_arm, ratio=mine / out[score_arm].judge_seconds_per_drafted_step)
     return out
 
 
-def arm_strategy(arm: str, results: dict[str, Any]) -> str:
+def arm_strategy(arm: str, results: Results) -> str:
     """The strategy an arm ran: as the run recorded it, else its ``strategy`` option, else its label."""
-    info = (results["run"].get("arms") or {}).get(arm) or {}
-    return info.get("strategy") or ((results["config"].get("strategy_options") or {}).get(arm) or {}).get(
+    info = results.run.arms.get(arm)
+    return (info.strategy if info is not None else None) or results.config.strategy_options.get(arm, {}).get(
         "strategy", arm)
 
 
-def arm_twins(results: dict[str, Any]) -> dict[str, str]:
+def arm_twins(results: Results) -> dict[str, str]:
     """Each search arm's target-only twin among the run's arms: an arm running the twin strategy
     (``PAIRED_BASELINES``), the one labelled with the twin's name first."""
-    arms = results["config"]["strategies"]
+    arms = results.config.strategies
     strategies = {arm: arm_strategy(arm, results) for arm in arms}
     twins = {}
     for arm in arms:
@@ -242,20 +247,18 @@ def arm_twins(results: dict[str, Any]) -> dict[str, str]:
     return twins
 
 
-def arm_judges(results: dict[str, Any], records: dict[str, list[dict]]) -> dict[str, str | None]:
+def arm_judges(results: Results, records: Records) -> dict[str, str | None]:
     """Each arm's judge: as the run recorded it, else (older runs) the judge option
     given, else the one judge name its steps carry, else the strategy's default."""
     from orchestrator.strategies import STRATEGIES
 
-    arms = results["run"].get("arms") or {}
-    options = results["config"].get("strategy_options") or {}
     out: dict[str, str | None] = {}
-    for arm in results["config"]["strategies"]:
-        if arm in arms:
-            out[arm] = arms[arm].get("judge")
+    for arm in results.config.strategies:
+        if arm in results.run.arms:
+            out[arm] = results.run.arms[arm].judge
             continue
-        given = options.get(arm, {}).get("judge")
-        names = {step["judge"] for r in records.get(arm, []) for step in r["trace"]["steps"] if step.get("judge")}
+        given = results.config.strategy_options.get(arm, {}).get("judge")
+        names = {step.judge for r in records.get(arm, []) for step in r.steps if step.judge}
         strategy = STRATEGIES.get(arm_strategy(arm, results))
         out[arm] = (given if isinstance(given, str) else next(iter(names)) if len(names) == 1
                     else strategy.default_judge if strategy else None)
@@ -267,73 +270,66 @@ def compared_with(arm: str, twins: dict[str, str], arms, baseline: str | None) -
     return twins[arm] if twins.get(arm) in arms else baseline
 
 
-def arm_waves(results: dict[str, Any], arm: str | None) -> list[dict[str, Any]]:
-    """An arm's throughput waves as timed, in the run's wave order (older files: the arm as one
-    wave, its session the last one started before it when the file does not say)."""
-    run = (results["run"].get("throughput") or {}).get(arm) or {}
-    if "waves" in run:
-        return run["waves"]
-    if not run:
-        return []
-    sessions = sorted(s["started"] for s in results["run"].get("sessions") or ())
-    session = run["session"] if "session" in run else sum(s <= (run.get("started") or "") for s in sessions) - 1
-    return [{**run, "session": session}]
-
-
-def shared_problems(records: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], dict[str, list[int]]]:
+def shared_problems(records: Records) -> tuple[Records, dict[str, list[int]]]:
     """Latency records cut to the problems every arm with records has solved, and per arm the
     problems it solved that some other arm has not (yet). Latency interleaves the arms problem by
     problem, so a stopped run can hold a problem one arm solved and the next did not; its rows count
     the same problems side by side. Example: ``tree`` solved #0-#2, ``tree-target`` #0-#1: both rows
     count #0-#1, and ``tree``'s #2 is left out until ``tree-target`` solves it."""
-    solved = [{r["doc_id"] for r in rows} for rows in records.values() if rows]
+    solved = [{r.doc_id for r in rows} for rows in records.values() if rows]
     shared = set.intersection(*solved) if solved else set()
-    kept = {arm: [r for r in rows if r["doc_id"] in shared] for arm, rows in records.items()}
-    return kept, {arm: [r["doc_id"] for r in rows if r["doc_id"] not in shared] for arm, rows in records.items()}
+    kept = {arm: [r for r in rows if r.doc_id in shared] for arm, rows in records.items()}
+    return kept, {arm: [r.doc_id for r in rows if r.doc_id not in shared] for arm, rows in records.items()}
 
 
-def summarize_run(results: dict[str, Any], latency: dict[str, list[dict]],
-                  throughput: dict[str, list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
+def throughput_figures(results: Results, arm: str, m: ArmSummary, over: str | None,
+                       compared: bool) -> ThroughputFigures:
+    """An arm's throughput wall time, and its speedup over ``over`` (``compared``: that arm ran
+    in this mode) summed over the waves one session timed for both."""
+    run = results.run.throughput.get(arm)
+    wave, num_problems = results.config.throughput_wave, len(results.run.problem_ids)
+    # Wall times are compared wave by wave, only where one session timed both arms: a
+    # resumed run's sessions may share the machine with other work (measured here: the
+    # same 100 target-only solves, the same texts, took 1564 s in one session and 772 s
+    # in another).
+    timed = [(a, b) for a, b in zip(results.run.waves(arm), results.run.waves(over) if compared else [])
+             if a.status == b.status == "complete"]
+    paired = [(a.wall_seconds, b.wall_seconds) for a, b in timed if a.session == b.session]
+    mine_paired, base_paired = sum(a for a, _ in paired), sum(b for _, b in paired)
+    mine = run.wall_seconds if run is not None and run.status == "complete" else None
+    return ThroughputFigures(
+        status=None if run is None else run.status, wall_seconds=mine,
+        num_problems=None if run is None else run.num_problems, num_solved=None if run is None else run.num_solved,
+        max_concurrency=None if run is None else run.max_concurrency,
+        num_waves=-(-num_problems // wave) if wave else 1, paired_waves=len(paired),
+        problems_per_minute=60 * m.num_problems / mine if mine else None,
+        output_tokens_per_second=_ratio((m.num_tokens_mean or 0) * m.num_problems, mine or 0),
+        speedup=base_paired / mine_paired if paired else None, over=over if paired else None,
+        other_session=bool(timed) and not paired)
+
+
+def summarize_run(results: Results, latency: Records, throughput: Records) -> tuple[dict[str, ArmSummary],
+                                                                                  dict[str, ArmSummary]]:
     """Both modes' summaries of a run (``results``: its results file; the records of each
     mode per arm). A throughput arm's summary adds its measured wall time and the speedup."""
-    metrics, baseline = results["run"]["metrics"], results.get("baseline")
+    metrics, baseline = results.run.metrics, results.baseline
     judges, twins = arm_judges(results, {**throughput, **latency}), arm_twins(results)
     latency, left_out = shared_problems(latency)
     lat = summarize(latency, metrics, baseline, judges=judges, twins=twins, fallback=throughput,
                     fallback_name="throughput")
     for arm, m in lat.items():
-        m["left_out"] = left_out[arm]
+        m.left_out = left_out[arm]
     tp = summarize(throughput, metrics, baseline, judges=judges, twins=twins, fallback=latency,
                    fallback_name="latency")
-    runs = results["run"].get("throughput") or {}
-    wave, num_problems = results["config"].get("throughput_wave"), len(results["run"]["problem_ids"])
-    num_waves = -(-num_problems // wave) if wave else 1
     for arm, m in tp.items():
-        run = runs.get(arm) or {}
         over = compared_with(arm, twins, tp, baseline)
-        mine = run.get("wall_seconds") if run.get("status") == "complete" else None
-        # Wall times are compared wave by wave, only where one session timed both arms: a
-        # resumed run's sessions may share the machine with other work (measured here: the
-        # same 100 target-only solves, the same texts, took 1564 s in one session and 772 s
-        # in another).
-        timed = [(a, b) for a, b in zip(arm_waves(results, arm), arm_waves(results, over) if over in tp else [])
-                 if a.get("status") == b.get("status") == "complete"]
-        paired = [(a["wall_seconds"], b["wall_seconds"]) for a, b in timed if a["session"] == b["session"]]
-        mine_paired, base_paired = sum(a for a, _ in paired), sum(b for _, b in paired)
-        m["throughput"] = {
-            "status": run.get("status"), "wall_seconds": mine, "num_problems": run.get("num_problems"),
-            "num_solved": run.get("num_solved"), "max_concurrency": run.get("max_concurrency"),
-            "num_waves": num_waves, "paired_waves": len(paired),
-            "problems_per_minute": 60 * m["num_problems"] / mine if mine else None,
-            "output_tokens_per_second": _ratio((m["num_tokens_mean"] or 0) * m["num_problems"], mine or 0),
-            "speedup": base_paired / mine_paired if paired else None, "over": over if paired else None,
-            "other_session": bool(timed) and not paired}
-    ceiling_arm = next((arm for arm in results["config"]["strategies"] if arm_strategy(arm, results) == CEILING), None)
-    for summary, speed in ((lat, lambda m: m["speedup"]["median"]), (tp, lambda m: m["throughput"]["speedup"])):
+        m.throughput = throughput_figures(results, arm, m, over, over in tp)
+    ceiling_arm = next((arm for arm in results.config.strategies if arm_strategy(arm, results) == CEILING), None)
+    for summary, speed in ((lat, lambda m: m.speedup.median), (tp, lambda m: m.throughput.speedup)):
         ceiling = speed(summary[ceiling_arm]) if ceiling_arm in summary else None
         for m in summary.values():
-            m["ceiling"] = None if ceiling is None else {"arm": ceiling_arm, "speedup": ceiling,
-                                                         "share": share_of_ceiling(speed(m), ceiling)}
+            m.ceiling = None if ceiling is None else Ceiling(arm=ceiling_arm, speedup=ceiling,
+                                                             share=share_of_ceiling(speed(m), ceiling))
     return lat, tp
 
 
@@ -344,50 +340,46 @@ def _count(items) -> dict[str, int]:
     return counts
 
 
-def _read(run_dir: Path, files: dict[str, str], problem_ids: list[int]) -> dict[str, list[dict]]:
+def _read(run_dir: Path, files: dict[str, str], problem_ids: list[int]) -> Records:
     from workflows.eval.rundir import read_samples
 
     order = {doc: i for i, doc in enumerate(problem_ids)}
     records = {}
     for arm, name in files.items():
-        rows = [r for r in read_samples(run_dir / name) if r["doc_id"] in order]
-        records[arm] = sorted(rows, key=lambda r: order[r["doc_id"]])
+        rows = [r for r in read_samples(run_dir / name) if r.doc_id in order]
+        records[arm] = sorted(rows, key=lambda r: order[r.doc_id])
     return records
 
 
-def load_run(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, list[dict]]]:
+def load_run(run_dir: str | Path) -> tuple[Results, Records]:
     """A run's results file and its latency sample records per arm (in the run's problem order)."""
-    from workflows.eval.rundir import find_results
+    from workflows.eval.rundir import read_results
 
-    run_dir = Path(run_dir)
-    results = json.loads(find_results(run_dir).read_text())
-    run = results["run"]
-    return results, _read(run_dir, run["samples"], run.get("latency_problem_ids", run["problem_ids"]))
+    results = read_results(Path(run_dir))
+    return results, _read(Path(run_dir), results.run.samples, results.run.latency_ids)
 
 
-def load_throughput(run_dir: str | Path, results: dict[str, Any]) -> dict[str, list[dict]]:
+def load_throughput(run_dir: str | Path, results: Results) -> Records:
     """A run's throughput sample records per arm (in the run's problem order; none in older runs)."""
-    run = results["run"]
-    return _read(Path(run_dir), run.get("throughput_samples") or {}, run["problem_ids"])
+    return _read(Path(run_dir), results.run.throughput_samples, results.run.problem_ids)
 
 
-def recompute(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, list[dict]], dict[str, list[dict]]]:
+def recompute(run_dir: str | Path) -> tuple[Results, Records, Records]:
     """A run's results with both modes' summaries computed again from its files, and the
     records of each mode."""
     results, latency = load_run(run_dir)
     throughput = load_throughput(run_dir, results)
-    results["results"], results["results_throughput"] = summarize_run(results, latency, throughput)
+    results.results, results.results_throughput = summarize_run(results, latency, throughput)
     return results, latency, throughput
 
 
-def acceptance_by_position(rows: list[dict]) -> list[tuple[int, int, int]]:
+def acceptance_by_position(rows: list[Sample]) -> list[tuple[int, int, int]]:
     """(step position, drafted steps, accepted) over a strategy's traces."""
     drafted: dict[int, int] = {}
     accepted: dict[int, int] = {}
     for r in rows:
-        for step in r["trace"]["steps"]:
-            if step["draft_text"] is not None:
-                drafted[step["index"]] = drafted.get(step["index"], 0) + 1
-                accepted[step["index"]] = accepted.get(step["index"], 0) + bool(step["accepted"])
+        for step in r.steps:
+            if step.draft_text is not None:
+                drafted[step.index] = drafted.get(step.index, 0) + 1
+                accepted[step.index] = accepted.get(step.index, 0) + bool(step.accepted)
     return [(i, drafted[i], accepted[i]) for i in sorted(drafted)]
-
