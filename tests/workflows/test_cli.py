@@ -230,6 +230,23 @@ def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp
     assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
 
 
+def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_engines(tmp_path, monkeypatch):
+    """`make bench-frontier` up to the engines: one run per draft on GSM8K 100-129, specreason
+    with the target writing its first 0, 1 and 2 steps (the governor off) beside target-only."""
+    import workflows.eval.bench as bench
+
+    runs = _makefile_bench_runs(tmp_path, "bench-frontier", FRONTIER_DIR="frontier")
+    assert sorted(runs) == ["aligned", "unaligned"]
+    for name, args in runs.items():
+        config, checked, arms = _bench_config(args, monkeypatch)
+        assert (config["offset"], config["limit"], config["modes"]) == (100, 30, ["throughput"])
+        assert [checked[f"sr-f{k}"].options for k in range(3)] == [
+            {"first_target_steps": k, "backoff": False} for k in range(3)]
+        engines, _ = bench.BenchSpec.model_validate(config).arm_engines()
+        draft = "qwen2.5-coder-0.5b-aligned" if name == "aligned" else "qwen2.5-coder-0.5b"
+        assert sorted(engines) == ["draft", "target"] and engines["draft"].model.endswith(draft)
+
+
 def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
     """`make bench-verify`'s two command lines, up to the engines: every arm builds its reasoner,
     and each run's config holds the arms, modes and limits."""
