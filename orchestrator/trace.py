@@ -233,9 +233,12 @@ class Trace:
     def from_json(cls, text: str) -> "Trace":
         """A trace from :meth:`to_json`'s text, or from an older file: fields it lacks
         (``search``, ``model_seconds``, a step's ``cut``, ...) take their defaults."""
-        data = json.loads(text)
-        data["steps"] = tuple(StepRecord(**s) for s in data["steps"])
-        return cls(**data)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trace":
+        """A trace from :meth:`to_json`'s content, already parsed (older fields: as :meth:`from_json`)."""
+        return cls(**{**data, "steps": tuple(StepRecord(**s) for s in data["steps"])})
 
 
 def join_steps(steps, delimiter: str = "\n\n") -> str:

@@ -93,7 +93,7 @@ class Sample(Record):
     @field_validator("trace", mode="before")
     @classmethod
     def _trace(cls, value: Any) -> Any:
-        return Trace.from_json(json.dumps(value)) if isinstance(value, dict) else value
+        return Trace.from_dict(value) if isinstance(value, dict) else value
 
     @field_serializer("trace")
     def _trace_json(self, trace: Trace) -> dict[str, Any]:
