@@ -20,9 +20,10 @@ demo: setup
 demo-speed: setup
 	$(VENV)/bin/python benchmarks/demo_speed.py --json benchmarks/measured/demo_cpu/demo.json
 
-# The whole test suite, real vLLM and the real pair included.
+# The whole test suite, real vLLM and the real pair included; the 25 slowest tests listed at the end
+# (CI's budget is an hour on two cores).
 test: setup
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # Unit tests and tiny-model tests only (no bundled pair).
 test-fast:
