@@ -757,8 +757,8 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
     run = tmp_path / "run"
     ran(run_bench(spec, run))
     for mode in ("", "_throughput"):
-        first, again = (read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl") for arm in ("target-only", "again"))
-        first, again = (sorted(rows, key=lambda r: r.doc_id) for rows in (first, again))
+        first, again = (sorted(read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl"), key=lambda r: r.doc_id)
+                        for arm in ("target-only", "again"))
         assert [r.trace.text for r in first] == [r.trace.text for r in again], mode
         counters = [[r.stats.spec_decoding["target"] for r in rows] for rows in (first, again)]
         assert all(c["num_drafts"] > 0 for c in counters[0])
