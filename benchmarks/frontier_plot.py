@@ -50,12 +50,16 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    arms = list(dict.fromkeys(p["arm"] for p in rows))
-    for p in rows:
-        color = f"C{arms.index(p['arm']) % 10}"
-        ax.scatter(100 * p["target_share"], 100 * p["accuracy"], marker=MARKERS[p["mode"]], color=color)
-        ax.annotate(f"{p['arm']} ({p['mode']}, {p['n']})", (100 * p["target_share"], 100 * p["accuracy"]),
-                    textcoords="offset points", xytext=(5, 4), fontsize=7, color=color)
+    runs = list(dict.fromkeys(p["run"] for p in rows))
+    for (run, mode) in dict.fromkeys((p["run"], p["mode"]) for p in rows):
+        color = f"C{runs.index(run) % 10}"
+        line = sorted((p for p in rows if (p["run"], p["mode"]) == (run, mode)), key=lambda p: p["target_share"])
+        xs, ys = [100 * p["target_share"] for p in line], [100 * p["accuracy"] for p in line]
+        ax.plot(xs, ys, marker=MARKERS[mode], color=color, alpha=0.8, label=f"{run} ({mode}, n={line[0]['n']})")
+        for p, x, y in zip(line, xs, ys):
+            ax.annotate(p["arm"], (x, y), textcoords="offset points", xytext=(5, 4 - 10 * runs.index(run)),
+                        fontsize=7, color=color)
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("target's share of the trace's tokens (%)")
     ax.set_ylabel("problems solved (%)")
     ax.set_xlim(-5, 110)
