@@ -750,7 +750,7 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
     from engine.models import BUNDLED_DRAFT, resolve_model
 
     model = resolve_model(BUNDLED_DRAFT)
-    spec = BenchSpec(dataset="gsm8k", limit=2, target=model, draft=None, target_spec="suffix",
+    spec = BenchSpec(dataset="gsm8k", limit=1, target=model, draft=None, target_spec="suffix",
                      strategies=("target-only", "again"), strategy_options={"again": {"strategy": "target-only"}},
                      modes=("throughput", "latency"), throughput_wave=1, max_step_tokens=48, max_tokens=160,
                      max_steps=8, kv_cache_gib=0.5, max_model_len=1024)

@@ -232,7 +232,8 @@ def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp
 
 def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_engines(tmp_path, monkeypatch):
     """`make bench-frontier` up to the engines: one run per draft on GSM8K 100-129, specreason
-    with the target writing its first 0, 1 and 2 steps (the governor off) beside target-only."""
+    with the target writing its first 0, 1 and 2 steps (the governor off, and the opening
+    sentence not drafted, which would make k=1 the same as k=0) beside target-only."""
     import workflows.eval.bench as bench
 
     runs = _makefile_bench_runs(tmp_path, "bench-frontier", FRONTIER_DIR="frontier")
@@ -241,7 +242,7 @@ def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_e
         config, checked, arms = _bench_config(args, monkeypatch)
         assert (config["offset"], config["limit"], config["modes"]) == (100, 30, ["throughput"])
         assert [checked[f"sr-f{k}"].options for k in range(3)] == [
-            {"first_target_steps": k, "backoff": False} for k in range(3)]
+            {"first_target_steps": k, "draft_opening": False, "backoff": False} for k in range(3)]
         engines, _ = bench.BenchSpec.model_validate(config).arm_engines()
         draft = "qwen2.5-coder-0.5b-aligned" if name == "aligned" else "qwen2.5-coder-0.5b"
         assert sorted(engines) == ["draft", "target"] and engines["draft"].model.endswith(draft)
