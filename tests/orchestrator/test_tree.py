@@ -431,26 +431,36 @@ def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_
 # -- tiny real models -------------------------------------------------------------------------
 
 
-@pytest.mark.vllm
-def test_tree_search_on_tiny_real_models(tmp_path_factory):
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, runner):
+    """Two tiny random models on real vLLM (one tokenizer, different seeds), started once for
+    the tests below; the target reads up to 512 logprobs (the whole tiny vocabulary)."""
     from conftest import tiny_engine
     from tiny_models import build_tiny_model
 
     paths = [build_tiny_model(tmp_path_factory.mktemp(f"t{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
              for s in (0, 1)]
+    target, draft = tiny_engine(paths[0], max_logprobs=512), tiny_engine(paths[1])
+    try:
+        yield target, draft
+    finally:
+        runner.run(target.close())
+        runner.run(draft.close())
 
-    async def main():
-        target, draft = tiny_engine(paths[0], max_logprobs=512), tiny_engine(paths[1])
-        try:
-            r = Reasoner(target, draft, strategy="tree", judge="score", judge_options={"top_k": 512, "threshold": 0.0},
-                         budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
-                         rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
-            return await r.asolve_many([Q, "What is 5 + 6?"])
-        finally:
-            await target.close()
-            await draft.close()
 
-    solutions = asyncio.run(main())
+def cold(runner, *engines):
+    for engine in engines:
+        runner.run(engine.reset_caches())
+    return engines
+
+
+@pytest.mark.vllm
+def test_tree_search_on_tiny_real_models(tiny_pair, runner):
+    target, draft = cold(runner, *tiny_pair)
+    r = Reasoner(target, draft, strategy="tree", judge="score", judge_options={"top_k": 512, "threshold": 0.0},
+                 budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
+                 rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
+    solutions = runner.run(r.asolve_many([Q, "What is 5 + 6?"]))
     for s in solutions:
         g = load_tree(Trace.from_json(s.trace.to_json()))
         for depth in range(1, 4):
@@ -463,31 +473,16 @@ def test_tree_search_on_tiny_real_models(tmp_path_factory):
 
 
 @pytest.mark.vllm
-def test_search_on_the_likelihood_verifier_on_tiny_real_models(tmp_path_factory):
+def test_search_on_the_likelihood_verifier_on_tiny_real_models(tiny_pair, runner):
     """The defaults on real vLLM: tree ranks branches by plausible share; best-of-n writes its
     sampled solutions under speculative sampling's test (cuts by ratio, a resampled token the
     target writes on from), all n per round in one batch."""
-    from conftest import tiny_engine
-    from tiny_models import build_tiny_model
-
     from orchestrator.steps import StepRules
 
-    paths = [build_tiny_model(tmp_path_factory.mktemp(f"v{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
-             for s in (0, 1)]
-
-    async def main():
-        target, draft = tiny_engine(paths[0]), tiny_engine(paths[1])
-        opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None),
-                    rules=StepRules(delimiter="ge"))
-        try:
-            searched = await Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)
-            voted = await Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)
-            return searched.trace, voted.trace
-        finally:
-            await target.close()
-            await draft.close()
-
-    searched, voted = asyncio.run(main())
+    target, draft = cold(runner, *tiny_pair)
+    opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None), rules=StepRules(delimiter="ge"))
+    searched = runner.run(Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)).trace
+    voted = runner.run(Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)).trace
     g = load_tree(searched)
     steps = [g.nodes[n] for n in g.nodes if n]
     assert steps and all(0.0 <= d["plausible"] <= 1.0 for d in steps)
