@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align bench-aligned bench-frontier router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align bench-aligned bench-frontier bench-frontier-report router bench-router bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -140,19 +140,26 @@ ALIGNED_ARMS = --dataset gsm8k --limit 100 --mode both --latency-limit 30 --thro
 bench-aligned: setup
 	$(call bench_run,$(ALIGNED_DIR),$(ALIGNED_ARMS))
 
-# The frontier's choice (issue 53): specreason letting the target write its first 0, 1 or 2
-# steps (none drafted, not even the opening sentence), the governor off, beside target-only
-# (suffix decoding), on GSM8K 100-129 under load (problems the reported runs never use), waves
-# of 15; one run per draft, two engines each. The committed run predates draft_opening=false
-# (its NOTES.md says what its arms were).
+# The frontier (issue 53): specreason letting the target write its first 0, 1 or 2 steps (none
+# drafted, not even the opening sentence), the governor off, beside target-only (suffix
+# decoding), under load; one run per draft, two engines each. `make bench-frontier` chooses on
+# GSM8K 100-129 (problems the reported runs never use), waves of 15; `make bench-frontier-report`
+# reports on 0-99, waves of 25. The committed choice predates draft_opening=false (its NOTES.md
+# says what its arms were).
 FRONTIER_DIR ?= benchmarks/measured/frontier_gsm8k100-129_cpu
-FRONTIER_ARMS = --dataset gsm8k --offset 100 --limit 30 --mode throughput --throughput-wave 15 --max-tokens 640 \
+FRONTIER_REPORT_DIR ?= benchmarks/measured/frontier_gsm8k100_cpu
+frontier_arms = --dataset gsm8k $(1) --mode throughput --max-tokens 640 \
 	--kv-cache-gib 2.0 --strategies target-only,sr-f0,sr-f1,sr-f2 --opt target-only.target_spec=suffix \
 	$(foreach k,0 1 2,--opt sr-f$(k).strategy=specreason --opt sr-f$(k).first_target_steps=$(k) \
 	--opt sr-f$(k).draft_opening=false --opt sr-f$(k).backoff=false)
+FRONTIER_ARMS = $(call frontier_arms,--offset 100 --limit 30 --throughput-wave 15)
+FRONTIER_REPORT_ARMS = $(call frontier_arms,--limit 100 --throughput-wave 25)
 bench-frontier: setup
 	$(call bench_run,$(FRONTIER_DIR)/unaligned,$(FRONTIER_ARMS))
 	$(call bench_run,$(FRONTIER_DIR)/aligned,$(FRONTIER_ARMS) --draft qwen2.5-coder-0.5b-aligned)
+bench-frontier-report: setup
+	$(call bench_run,$(FRONTIER_REPORT_DIR)/unaligned,$(FRONTIER_REPORT_ARMS))
+	$(call bench_run,$(FRONTIER_REPORT_DIR)/aligned,$(FRONTIER_REPORT_ARMS) --draft qwen2.5-coder-0.5b-aligned)
 
 router: setup
 	$(VENV)/bin/stepspec router collect --num-problems 200 --spec none --output-dir runs/router-data

@@ -230,17 +230,22 @@ def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp
     assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
 
 
-def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_engines(tmp_path, monkeypatch):
-    """`make bench-frontier` up to the engines: one run per draft on GSM8K 100-129, specreason
-    with the target writing its first 0, 1 and 2 steps (the governor off, and the opening
-    sentence not drafted, which would make k=1 the same as k=0) beside target-only."""
+@pytest.mark.parametrize("target, problems", [("bench-frontier", (100, 30, 15)),
+                                             ("bench-frontier-report", (0, 100, 25))])
+def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_engines(
+        target, problems, tmp_path, monkeypatch):
+    """`make bench-frontier` (chosen on GSM8K 100-129) and `make bench-frontier-report` (reported
+    on 0-99) up to the engines: one run per draft, specreason with the target writing its first
+    0, 1 and 2 steps (the governor off, and the opening sentence not drafted, which would make
+    k=1 the same as k=0) beside target-only, under load in waves."""
     import workflows.eval.bench as bench
 
-    runs = _makefile_bench_runs(tmp_path, "bench-frontier", FRONTIER_DIR="frontier")
+    runs = _makefile_bench_runs(tmp_path, target, FRONTIER_DIR="frontier", FRONTIER_REPORT_DIR="frontier")
     assert sorted(runs) == ["aligned", "unaligned"]
     for name, args in runs.items():
         config, checked, arms = _bench_config(args, monkeypatch)
-        assert (config["offset"], config["limit"], config["modes"]) == (100, 30, ["throughput"])
+        assert (config["offset"], config["limit"], config["throughput_wave"]) == problems
+        assert config["modes"] == ["throughput"]
         assert [checked[f"sr-f{k}"].options for k in range(3)] == [
             {"first_target_steps": k, "draft_opening": False, "backoff": False} for k in range(3)]
         engines, _ = bench.BenchSpec.model_validate(config).arm_engines()
