@@ -35,8 +35,8 @@ class Engines:
 
     Each engine start costs 45-60 s in float32 on two cores, so tests that need the same
     engine share it; ``use`` resets its caches first, so no test reads another's cached
-    prefixes or suffix tree. A label is "target", "draft" or "target+METHOD" (the target
-    with token-level speculation by METHOD).
+    prefixes or suffix tree. A label is "target" or "draft", alone or with "+METHOD" (that
+    model with token-level speculation by METHOD).
     """
 
     def __init__(self, pair, runner):
@@ -104,6 +104,40 @@ def test_target_alone_generates_judges_and_stops(reference):
     assert reference["verdict"].score is not None and 0 <= reference["verdict"].score <= 9
     short = reference["short"].completion
     assert short.finish_reason is FinishReason.EOS and "5" in short.text
+
+
+def test_router_verify_labels_collected_steps_as_the_target_reads_them(engines, runner, tmp_path):
+    """`stepspec router verify` on steps the committed collection holds (draft and target
+    greedy from the same prefix): at the lossless end (only the target's greedy token
+    plausible) a drafted step the target wrote word for word is never cut, and one it wrote
+    otherwise always is. So the rebuilt prompt and the re-encoded tokens are what the
+    target saw when it wrote its step."""
+    import json
+    from pathlib import Path
+
+    from routers.train import read_collection, read_examples
+    from workflows.routing.collect import CollectSpec
+    from workflows.routing.verify import verify_collection
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "router_data_cpu"
+    examples, _ = read_examples(data / "examples.jsonl")
+    early = [ex for ex in examples if ex.state.position <= 2 and ex.state.complete]
+    same = [ex for ex in early if ex.state.draft_step == ex.target_step][:4]
+    other = [ex for ex in early if ex.state.draft_step != ex.target_step][:4]
+    assert len(same) == len(other) == 4
+    out = tmp_path / "c"
+    out.mkdir()
+    config = json.loads((data / "collect.json").read_text())["config"]
+    assert CollectSpec.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
+    (out / "collect.json").write_text(json.dumps({"config": config, "sessions": []}))
+    (out / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in same + other))
+    (target,) = engines.use("target")
+    result = runner.run(verify_collection(out, engine=target, judge_options={
+        "floor": None, "max_rank": 1, "math_max_rank": None}))
+    assert result["num_verified"] == 8
+    verified = {(ex.problem_id, ex.state.position): ex.verifier_cut for ex in read_collection(out)[0]}
+    assert [verified[ex.problem_id, ex.state.position] for ex in same] == [False] * 4
+    assert [verified[ex.problem_id, ex.state.position] for ex in other] == [True] * 4
 
 
 def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(engines, question, runner):
@@ -211,40 +245,6 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
           "text equal to target-only's")
 
 
-def test_router_verify_labels_collected_steps_as_the_target_reads_them(engines, runner, tmp_path):
-    """`stepspec router verify` on steps the committed collection holds (draft and target
-    greedy from the same prefix): at the lossless end (only the target's greedy token
-    plausible) a drafted step the target wrote word for word is never cut, and one it wrote
-    otherwise always is. So the rebuilt prompt and the re-encoded tokens are what the
-    target saw when it wrote its step."""
-    import json
-    from pathlib import Path
-
-    from routers.train import read_collection, read_examples
-    from workflows.routing.collect import CollectSpec
-    from workflows.routing.verify import verify_collection
-
-    data = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "router_data_cpu"
-    examples, _ = read_examples(data / "examples.jsonl")
-    early = [ex for ex in examples if ex.state.position <= 2 and ex.state.complete]
-    same = [ex for ex in early if ex.state.draft_step == ex.target_step][:4]
-    other = [ex for ex in early if ex.state.draft_step != ex.target_step][:4]
-    assert len(same) == len(other) == 4
-    out = tmp_path / "c"
-    out.mkdir()
-    config = json.loads((data / "collect.json").read_text())["config"]
-    assert CollectSpec.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
-    (out / "collect.json").write_text(json.dumps({"config": config, "sessions": []}))
-    (out / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in same + other))
-    (target,) = engines.use("target")
-    result = runner.run(verify_collection(out, engine=target, judge_options={
-        "floor": None, "max_rank": 1, "math_max_rank": None}))
-    assert result["num_verified"] == 8
-    verified = {(ex.problem_id, ex.state.position): ex.verifier_cut for ex in read_collection(out)[0]}
-    assert [verified[ex.problem_id, ex.state.position] for ex in same] == [False] * 4
-    assert [verified[ex.problem_id, ex.state.position] for ex in other] == [True] * 4
-
-
 def speculate(runner, engine, prompt, spec=SamplingSpec(max_tokens=MAX_TOKENS)):
     """Generate ``prompt`` once on ``engine``; the result and the token-level counts it added."""
     before = engine.stats().spec_decoding
@@ -252,11 +252,19 @@ def speculate(runner, engine, prompt, spec=SamplingSpec(max_tokens=MAX_TOKENS)):
     return r, engine.stats().spec_decoding.minus(before)
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix"])
-def test_lookup_methods_keep_greedy_output_identical(method, engines, reference, runner):
-    (engine,) = engines.use(f"target+{method}")
+@pytest.mark.parametrize("role, method", [("draft", "ngram"), ("target", "suffix")])
+def test_lookup_methods_keep_greedy_output_identical(role, method, engines, reference, runner):
+    """n-gram lookup on the 0.5B (it starts and decodes faster than the 1.5B), suffix decoding
+    (every default's method) on the 1.5B: each engine's greedy tokens, unchanged."""
+    if role == "target":
+        (engine,) = engines.use("target+suffix")
+        want = reference["ids"]
+    else:
+        plain, engine = engines.use("draft", f"draft+{method}")
+        (r,) = runner.run(plain.generate([GenerationRequest(reference["prompt"], SamplingSpec(max_tokens=MAX_TOKENS))]))
+        want = r.completion.token_ids
     result, sd = speculate(runner, engine, reference["prompt"])
-    assert result.completion.token_ids == reference["ids"]
+    assert result.completion.token_ids == want
     assert sd.num_drafts > 0 and 0 < sd.num_accepted_tokens <= sd.num_draft_tokens
     assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
 
