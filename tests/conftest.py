@@ -93,3 +93,23 @@ def tiny_engine(path, **kwargs):
     kwargs.setdefault("kv_cache_gib", 0.25)
     kwargs.setdefault("engine_args", {"enforce_eager": True})
     return VLLMEngine(str(path), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, runner):
+    """(draft, target): two tiny random models on real vLLM (one tokenizer, different seeds),
+    started once per module that asks; the target reads up to 512 logprobs (the whole tiny
+    vocabulary, for the score judge's top_k)."""
+    from tiny_models import build_tiny_model
+
+    paths = [build_tiny_model(tmp_path_factory.mktemp(f"pair{seed}"), seed=seed, weight_std=0.5,
+                              tie_word_embeddings=False) for seed in (0, 1)]
+    target = tiny_engine(paths[0], name="target", max_logprobs=512)
+    draft = tiny_engine(paths[1], name="draft")
+    runner.run(target.start())
+    runner.run(draft.start())
+    try:
+        yield draft, target
+    finally:
+        runner.run(target.close())
+        runner.run(draft.close())

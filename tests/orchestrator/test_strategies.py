@@ -3,7 +3,6 @@
 
 import pytest
 
-from conftest import tiny_engine
 from engine.protocol import EngineError
 from fake_engine import ScriptedEngine
 from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, run, script
@@ -99,20 +98,6 @@ def test_trace_json_round_trip():
 
 
 # -- invariants on real vLLM (tiny random models, different seeds, one tokenizer) -------
-
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory, runner):
-    from tiny_models import build_tiny_model
-
-    paths = [build_tiny_model(tmp_path_factory.mktemp(f"pair{seed}"), seed=seed, weight_std=0.5,
-                              tie_word_embeddings=False) for seed in (0, 1)]
-    target, draft = (tiny_engine(p, name=n) for p, n in zip(paths, ("target", "draft")))
-    runner.run(target.start())
-    runner.run(draft.start())
-    yield draft, target
-    runner.run(target.close())
-    runner.run(draft.close())
-
 
 # The tiny models write byte soup; "ge" occurs in both models' output, so steps
 # end at the delimiter or at the 8-token cap (continued by the next step).

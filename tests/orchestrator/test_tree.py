@@ -431,24 +431,8 @@ def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_
 # -- tiny real models -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory, runner):
-    """Two tiny random models on real vLLM (one tokenizer, different seeds), started once for
-    the tests below; the target reads up to 512 logprobs (the whole tiny vocabulary)."""
-    from conftest import tiny_engine
-    from tiny_models import build_tiny_model
-
-    paths = [build_tiny_model(tmp_path_factory.mktemp(f"t{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
-             for s in (0, 1)]
-    target, draft = tiny_engine(paths[0], max_logprobs=512), tiny_engine(paths[1])
-    try:
-        yield target, draft
-    finally:
-        runner.run(target.close())
-        runner.run(draft.close())
-
-
 def cold(runner, *engines):
+    """The engines, each with its caches reset: a test starts from nothing the one before cached."""
     for engine in engines:
         runner.run(engine.reset_caches())
     return engines
@@ -456,7 +440,7 @@ def cold(runner, *engines):
 
 @pytest.mark.vllm
 def test_tree_search_on_tiny_real_models(tiny_pair, runner):
-    target, draft = cold(runner, *tiny_pair)
+    draft, target = cold(runner, *tiny_pair)
     r = Reasoner(target, draft, strategy="tree", judge="score", judge_options={"top_k": 512, "threshold": 0.0},
                  budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
                  rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
@@ -479,7 +463,7 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tiny_pair, runner
     target writes on from), all n per round in one batch."""
     from orchestrator.steps import StepRules
 
-    target, draft = cold(runner, *tiny_pair)
+    draft, target = cold(runner, *tiny_pair)
     opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None), rules=StepRules(delimiter="ge"))
     searched = runner.run(Reasoner(target, draft, strategy="tree", k=3, beam=2, max_depth=3, **opts).asolve(Q)).trace
     voted = runner.run(Reasoner(target, draft, strategy="best-of-n", n=3, temperature=0.9, **opts).asolve(Q)).trace
