@@ -22,13 +22,20 @@ demo-speed: setup
 
 # The whole test suite, real vLLM and the real pair included; the 25 slowest tests listed at the end
 # (CI's budget is an hour on two cores).
+# Two workers (tests/conftest.py: cores of their own; the bundled pair's tests all on one),
+# then the tests that need the machine to themselves, alone. Both parts run; either failing fails.
+TEST_WORKERS ?= 2
+PYTEST = $(VENV)/bin/python -m pytest -q -p no:cacheprovider
 test: setup
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	status=0; \
+	$(PYTEST) -n $(TEST_WORKERS) -m "not whole_machine" --durations=25 $(PYTEST_ARGS) || status=$$?; \
+	$(PYTEST) -m whole_machine --durations=5 $(PYTEST_ARGS) || { s=$$?; [ $$s = 5 ] || status=$$s; }; \
+	exit $$status
 
 # Unit tests and tiny-model tests only (no bundled pair).
 test-fast:
 	bash scripts/bootstrap.sh
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not pair" $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) -m "not pair and not whole_machine" $(PYTEST_ARGS)
 
 # The speed run (issue 52): the default `specreason` against target-only and draft-only (the
 # pair's ceiling) on the first 100 GSM8K test problems, each engine at its defaults (dtype

@@ -9,7 +9,8 @@
 
 Enforced here: a test without the ``vllm`` marker that imports vllm fails, naming
 the marker; a test module that imports vllm, torch or transformers when it is collected
-is a usage error.
+is a usage error; a ``pair`` test outside a ``test_pair*.py`` file fails, naming the move;
+a ``whole_machine`` test fails beside other test workers.
 """
 
 import asyncio
@@ -50,6 +51,12 @@ def _check_unmarked_vllm_import(item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
+    if item.get_closest_marker("pair") and _work_unit(item.nodeid) != PAIR_FILES:
+        pytest.fail(f"{item.nodeid} is marked `pair` outside a {PAIR_FILES}*.py file: move it into one "
+                    "(the pair's tests run one at a time, on one test worker)", pytrace=False)
+    if item.get_closest_marker("whole_machine") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.fail(f"{item.nodeid} needs the machine's memory to itself: run it without -n, alone "
+                    "(`make test` runs `-m whole_machine` after the others)", pytrace=False)
     if item.get_closest_marker("vllm") and importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vLLM (marker `vllm`): pip install 'stepspec[cpu]' or 'stepspec[gpu]'")
     item.stash[_VLLM_WAS_LOADED] = "vllm" in sys.modules
@@ -63,6 +70,48 @@ def pytest_runtest_call(item):
     result = yield
     _check_unmarked_vllm_import(item)
     return result
+
+
+# `make test` runs two pytest-xdist workers (`-n 2`). Each works on cores of its own (vLLM
+# binds its threads to the cores a process may use), so two engines never share a core. A
+# test file is a unit of work (its module fixtures start their engines once), except that
+# every test of the bundled pair lives in a `test_pair*.py` file and all of those are one
+# unit, started first, on one worker: at most one pair is in memory (two do not fit in CI's
+# 24 GiB beside the rest). xdist_group markers cannot say this: pytest 9 ignores the node
+# ids pytest-xdist 3.8 rewrites for them.
+PAIR_FILES = "test_pair"
+
+
+def _work_unit(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return PAIR_FILES if Path(path).name.startswith(PAIR_FILES) else path
+
+
+def pytest_configure(config):
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker and 1 < workers <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: workers])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PairApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if PAIR_FILES in self.workqueue:  # the longest unit first
+                self.workqueue.move_to_end(PAIR_FILES, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node) -> None:
+            if not all(self.assigned_work[node].get(PAIR_FILES, {}).values()):  # nothing beside the pair
+                return
+            super()._reschedule(node)
+
+    return PairApart(config, log)
 
 
 @pytest.fixture

@@ -289,6 +289,7 @@ def test_sampled_suffix_speculation_writes_the_targets_text(engines, reference, 
     assert sd.acceptance_rate >= 0.2, sd
 
 
+@pytest.mark.whole_machine  # 20 of the 23.5 GiB: nothing else may run beside it
 def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair, engines, reference, tmp_path):
     """The 0.5B drafts tokens for the 1.5B: greedy output identical, high acceptance.
 

@@ -42,6 +42,21 @@ def test_vllms_processes_run_intel_openmp_and_the_callers_environment_is_kept(ba
     assert loaded and all(loaded.values()), loaded
 
 
+def test_vllms_threads_run_on_the_cores_this_process_may_use(base, monkeypatch):
+    """OpenMP threads bind to the allowed cores (under `taskset -c 2,3`: 2 and 3, not the
+    machine's first two); the engine's processes stay inside this process's cores."""
+    import psutil
+
+    from engine.vllm_runtime import allowed_cpus
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 2})
+    assert allowed_cpus() == "2,3"
+    monkeypatch.undo()
+    mine = set(os.sched_getaffinity(0))
+    bound = {c.pid: set(c.cpu_affinity()) for c in psutil.Process().children(recursive=True)}
+    assert bound and all(cores <= mine for cores in bound.values()), (mine, bound)
+
+
 def greedy(max_tokens=32, **kw):
     return SamplingSpec(max_tokens=max_tokens, temperature=0.0, **kw)
 

@@ -39,10 +39,10 @@ def start_vllm_server(model_path: str | Path, port: int, log: Path, *, served_na
                       max_model_len: int = 1024, kv_cache_gib: float = 1.0,
                       args: Sequence[str] = ()) -> subprocess.Popen:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` (float32, eager,
-    two CPU threads, Intel OpenMP), its output appended to ``log``; not yet healthy."""
-    from engine.vllm_runtime import ld_preload_with_intel_openmp
+    threads on every allowed core, Intel OpenMP), its output appended to ``log``; not yet healthy."""
+    from engine.vllm_runtime import allowed_cpus, ld_preload_with_intel_openmp
 
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1", VLLM_CPU_OMP_THREADS_BIND="0-1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1", VLLM_CPU_OMP_THREADS_BIND=allowed_cpus())
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):  # the OpenMP stepspec's engines run with
         env["LD_PRELOAD"] = preload
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes

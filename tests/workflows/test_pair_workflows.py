@@ -1,16 +1,26 @@
-"""Workflows and the agent on the bundled pair through real vLLM (minutes)."""
+"""workflows/ on the bundled pair through real vLLM (minutes): a YAML workflow from the
+command line, the calculator agent, `stepspec serve` and the bench's cold caches. Every
+test that runs the pair lives in a ``test_pair*.py`` file (tests/conftest.py runs them on
+one test worker, one at a time)."""
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
-from workflows.eval.datasets import load_problems
+from openai_server import free_port, stop_process, wait_healthy
+from workflows.eval.bench import BenchSpec
+from workflows.eval.bench_run import run_bench
+from workflows.eval.datasets import load_dataset, load_problems
 from workflows.eval.graders import get_grader
+from workflows.eval.rundir import read_samples
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
@@ -87,3 +97,97 @@ def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
         assert ["user", f"{OBSERVATION} {c['observation']}"] in messages
     assert any(c["ok"] for c, _ in calls)  # at least one call the agent wrote was read and computed
     assert correct >= 1
+
+
+def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_openai_sdk(tmp_path):
+    """The README's command, as a process: the openai SDK streams a GSM8K problem's steps as
+    reasoning_content and its answer as content; a client that hangs up mid-stream frees
+    its trace; the server is stopped by its PID."""
+    from openai import OpenAI
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "from workflows.cli.app import main; main()", "serve",
+                                 "--port", str(port), "--max-tokens", "384", "--kv-cache-gib", "0.5"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url, log, timeout_s=900)
+        question = load_dataset("gsm8k").problems[1].question
+        chunks = list(OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
+            model="stepspec", stream=True, messages=[{"role": "user", "content": question}]))
+        reasoning = [c.choices[0].delta.model_extra.get("reasoning_content") for c in chunks if c.choices]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert sum(bool(r) for r in reasoning) >= 2 and "\\boxed{" in content
+        stats = chunks[-1].model_extra["stepspec"]
+        assert stats["num_drafted_steps"] >= 1 and 0 < stats["target_token_share"] < 1
+
+        async def hang_up():
+            async with httpx.AsyncClient(timeout=600) as http:
+                body = {"model": "stepspec", "stream": True, "messages": [{"role": "user", "content": question}]}
+                async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if "reasoning_content" in line:
+                            return
+
+        asyncio.run(hang_up())
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/health", timeout=5).json()["in_flight"]:
+            assert time.monotonic() < deadline, "the hung-up trace is still in flight"
+            time.sleep(0.5)
+    finally:
+        stop_process(proc)  # the server and its engine processes
+
+
+# how far two cold solves of the same text may read apart in mean acceptance length (a few
+# passes past a stop string, see below); a replay of the same text reads far more than this
+TOLERATED_LENGTH = 0.5
+
+
+def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance(tmp_path):
+    """Suffix decoding keeps earlier outputs across requests: without a reset, a second
+    target-only arm would replay the first arm's text at a higher acceptance. The bench resets
+    both engines' caches before every solve and every throughput wave, so two target-only arms
+    on the same problems write the same text at the same acceptance, problem by problem.
+    "The same" up to a pass or two per step: a step ends at a stop string, which vLLM's front
+    end finds, so the engine may run a pass past it before the abort reaches it, more on a
+    loaded machine (seen in CI: 13 passes for 13 accepted tokens, then 12 for 14). A replay
+    lifts the mean acceptance length by far more than that; the second half measures by how
+    much. (Throughput waves of one problem: with two at once, which request's step ends first,
+    and so what the other's suffix tree holds, varies with the load. The bundled 0.5B as the
+    target: a tiny random model's text is predictable from its own prompt alone.)"""
+    from engine.models import BUNDLED_DRAFT, resolve_model
+
+    model = resolve_model(BUNDLED_DRAFT)
+    spec = BenchSpec(dataset="gsm8k", limit=1, target=model, draft=None, target_spec="suffix",
+                     strategies=("target-only", "again"), strategy_options={"again": {"strategy": "target-only"}},
+                     modes=("throughput", "latency"), throughput_wave=1, max_step_tokens=48, max_tokens=160,
+                     max_steps=8, kv_cache_gib=0.5, max_model_len=1024)
+    run = tmp_path / "run"
+    asyncio.run(run_bench(spec, run))
+    for mode in ("", "_throughput"):
+        first, again = (sorted(read_samples(run / f"samples_gsm8k_{arm}{mode}.jsonl"), key=lambda r: r.doc_id)
+                        for arm in ("target-only", "again"))
+        assert [r.trace.text for r in first] == [r.trace.text for r in again], mode
+        counters = [[r.stats.spec_decoding["target"] for r in rows] for rows in (first, again)]
+        assert all(c["num_drafts"] > 0 for c in counters[0])
+        lengths = [[c["mean_acceptance_length"] for c in arm] for arm in counters]
+        assert all(abs(a - b) < TOLERATED_LENGTH for a, b in zip(*lengths)), (mode, lengths)
+
+    # the same request twice without the reset does replay: the check above can fail
+    from engine.speculation import speculative_config
+    from engine.types import GenerationRequest, SamplingSpec
+    from pair_memory_probe import pair_engine
+
+    async def twice() -> list:
+        engine = pair_engine(model, "again", speculative_config("suffix"))
+        request = [GenerationRequest(first[0].trace.question, SamplingSpec(max_tokens=48))]
+        try:
+            return [(await engine.generate(request))[0].completion.spec_decoding for _ in range(2)]
+        finally:
+            await engine.close()
+
+    cold, replayed = asyncio.run(twice())
+    assert replayed.num_accepted_tokens > cold.num_accepted_tokens
+    assert replayed.mean_acceptance_length > cold.mean_acceptance_length + 2 * TOLERATED_LENGTH
