@@ -54,7 +54,7 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("pair") and _work_unit(item.nodeid) != PAIR_FILES:
         pytest.fail(f"{item.nodeid} is marked `pair` outside a {PAIR_FILES}*.py file: move it into one "
                     "(the pair's tests run one at a time, on one test worker)", pytrace=False)
-    if item.get_closest_marker("whole_machine") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    if item.get_closest_marker("whole_machine") and WORKERS > 1:
         pytest.fail(f"{item.nodeid} needs the machine's memory to itself: run it without -n, alone "
                     "(`make test` runs `-m whole_machine` after the others)", pytrace=False)
     if item.get_closest_marker("vllm") and importlib.util.find_spec("vllm") is None:
@@ -80,6 +80,7 @@ def pytest_runtest_call(item):
 # 24 GiB beside the rest). xdist_group markers cannot say this: pytest 9 ignores the node
 # ids pytest-xdist 3.8 rewrites for them.
 PAIR_FILES = "test_pair"
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # set before xdist's workers load this file
 
 
 def _work_unit(nodeid: str) -> str:
@@ -88,10 +89,10 @@ def _work_unit(nodeid: str) -> str:
 
 
 def pytest_configure(config):
-    worker, workers = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ...
     cores = sorted(os.sched_getaffinity(0))
-    if worker and 1 < workers <= len(cores):
-        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: workers])
+    if worker and 1 < WORKERS <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) :: WORKERS])
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -31,6 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def sdk_client(url: str, key: str = "none"):
+    """The openai SDK's client for a server at ``url`` (its /v1 routes), without retries."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
 def log_tail(path: Path, num_lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-num_lines:])
 

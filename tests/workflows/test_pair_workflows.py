@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
-from openai_server import free_port, stop_process, wait_healthy
+from openai_server import free_port, sdk_client, stop_process, wait_healthy
 from workflows.eval.bench import BenchSpec
 from workflows.eval.bench_run import run_bench
 from workflows.eval.datasets import load_dataset, load_problems
@@ -103,8 +103,6 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
     """The README's command, as a process: the openai SDK streams a GSM8K problem's steps as
     reasoning_content and its answer as content; a client that hangs up mid-stream frees
     its trace; the server is stopped by its PID."""
-    from openai import OpenAI
-
     port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
@@ -115,7 +113,7 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
     try:
         wait_healthy(proc, url, log, timeout_s=900)
         question = load_dataset("gsm8k").problems[1].question
-        chunks = list(OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0).chat.completions.create(
+        chunks = list(sdk_client(url).chat.completions.create(
             model="stepspec", stream=True, messages=[{"role": "user", "content": question}]))
         reasoning = [c.choices[0].delta.model_extra.get("reasoning_content") for c in chunks if c.choices]
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from openai_server import free_port, stop_process, wait_healthy
+from openai_server import free_port, sdk_client, stop_process, wait_healthy
 from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
 
 pytestmark = pytest.mark.vllm
@@ -56,12 +56,6 @@ def serving(reasoners, start_timeout: float = 30, close=None, **settings):
         thread.join(timeout=120)
 
 
-def client(url: str, key: str = "none"):
-    from openai import OpenAI
-
-    return OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
-
-
 def run_32_streams(one, timeout: float, record_property) -> None:
     """32 streams at once (``one(i, http)`` each): the first 5 hang up ("gone"), the others
     end ("done"); their p50/p99 latencies are recorded as test properties."""
@@ -78,7 +72,7 @@ def run_32_streams(one, timeout: float, record_property) -> None:
 
 def test_the_openai_sdk_gets_the_steps_as_reasoning_and_the_answer_as_content_streamed_or_not():
     with serving({"stepspec": reasoner()}) as url:
-        sdk = client(url)
+        sdk = sdk_client(url)
         assert [m.id for m in sdk.models.list().data] == ["stepspec"]
         reply = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
         message = reply.choices[0].message
@@ -106,7 +100,7 @@ def test_the_openai_sdk_gets_the_steps_as_reasoning_and_the_answer_as_content_st
 
 def test_a_request_picks_its_strategy_and_options_through_extra_body_checked_by_their_declarations():
     with serving({"stepspec": reasoner()}) as url:
-        sdk = client(url)
+        sdk = sdk_client(url)
         ask = dict(model="stepspec", messages=[{"role": "user", "content": Q}])
         alone = sdk.chat.completions.create(**ask, extra_body={"stepspec": {"strategy": "target-only"}})
         assert alone.model_extra["stepspec"]["target_token_share"] == 1
@@ -236,7 +230,7 @@ def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine
         await draft.close()
 
     with serving({"stepspec": served}, start_timeout=600, close=close, max_concurrency=64) as url:
-        sdk = client(url)
+        sdk = sdk_client(url)
         warm = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
         assert warm.choices[0].finish_reason in ("stop", "length")
 
@@ -282,7 +276,7 @@ reasoners:
     engines = {"target": script(*TARGET_STEPS), "draft": script(*DRAFT_STEPS)}
     run = WorkflowRun(load_workflow(path), engines=engines)
     with serving(run.reasoners) as url:
-        sdk = client(url)
+        sdk = sdk_client(url)
         assert sorted(m.id for m in sdk.models.list().data) == ["careful", "quick"]
         ask = dict(messages=[{"role": "user", "content": Q}])
         assert sdk.chat.completions.create(model="careful", **ask).choices[0].message.content == TARGET_STEPS[2]
@@ -341,7 +335,7 @@ def test_a_server_killed_mid_stream_gives_the_client_a_clean_error_and_a_restart
         wait_healthy(proc, url, log, timeout_s=120)
         return proc
 
-    sdk = client(url)
+    sdk = sdk_client(url)
     ask = dict(model="stepspec", messages=[{"role": "user", "content": Q}], stream=True)
     proc = start()
     try:
