@@ -464,6 +464,10 @@ def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_
     assert again["num_problems"] == 3 and len((tmp / "out" / "examples.jsonl").read_text().splitlines()) == lines
     saved = json.loads((tmp / "out" / "collect.json").read_text())
     assert len(saved["sessions"]) == 2 and saved["sessions"][0]["num_examples"] == lines
+    # what each engine computed in, as the probe chose it on this machine ("auto" alone says nothing)
+    engines = saved["sessions"][0]["engines"]
+    assert [engines[role]["model"] for role in ("target", "draft")] == [str(paths[0]), str(paths[1])]
+    assert {engines[role]["dtype"] for role in ("target", "draft")} <= {"float32", "bfloat16"}
 
     with pytest.raises(CollectError, match="holds a collection with other settings.*max_tokens"):
         asyncio.run(collect(spec.model_copy(update={"max_tokens": 30}), tmp / "out"))

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import time
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,6 +197,9 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
     try:
         for engine in (target, draft):
             await engine.start()
+        # what each engine computes in (dtype "auto" is probed per machine) and why
+        session["engines"] = {"target": dataclasses.asdict(target.info), "draft": dataclasses.asdict(draft.info)}
+        save()
         await asyncio.gather(*(one(p) for p in todo))
     finally:
         session["seconds"] = time.perf_counter() - t_run
