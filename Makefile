@@ -4,7 +4,7 @@ export HF_HUB_OFFLINE ?= 1
 export VLLM_HOST_IP ?= 127.0.0.1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align bench-aligned bench-frontier bench-frontier-report router bench-router bench-tree bench-siblings
+.PHONY: setup demo demo-speed test test-fast bench bench-verify bench-engines bench-contention bench-serve bench-tokens align bench-aligned bench-frontier bench-frontier-report router bench-router bench-router-generated bench-tree bench-siblings
 
 setup:
 	bash scripts/bootstrap.sh
@@ -187,6 +187,21 @@ ROUTER_ARMS = --strategies target-only,arbitrage,sr-lik,sr-lik-loose --router $(
 	--opt sr-lik-loose.judge.floor=-8 --opt sr-lik-loose.judge.math_max_rank=none
 bench-router: setup
 	$(call bench_run,$(ROUTER_DIR),$(BENCH_COMMON) $(ROUTER_ARMS))
+
+# The router retrained on generated problems (issue 53: benchmarks/measured/router_data_generated_cpu,
+# no gsm_symbolic, whose templates are GSM8K test problems) beside the committed one and
+# target-only, the same problems under load, waves of 25; both routers' arms as the router bench
+# has them (the target writes the first two steps), the governor off in both (under load it hands
+# steps to the target, which would hide the routers), every target on suffix decoding, dtype auto.
+ROUTER_GEN_FILE ?= benchmarks/measured/router_generated.pt
+ROUTER_GEN_DIR ?= benchmarks/measured/router_generated_gsm8k100_cpu
+ROUTER_GEN_ARMS = --dataset gsm8k --limit 100 --mode throughput --throughput-wave 25 --max-tokens 640 \
+	--kv-cache-gib 2.0 --strategies target-only,arbitrage,arb-generated --router $(ROUTER_FILE) \
+	--opt target-only.target_spec=suffix --opt arbitrage.first_target_steps=2 --opt arbitrage.backoff=false \
+	--opt arb-generated.strategy=arbitrage --opt arb-generated.router=$(ROUTER_GEN_FILE) \
+	--opt arb-generated.first_target_steps=2 --opt arb-generated.backoff=false
+bench-router-generated: setup
+	$(call bench_run,$(ROUTER_GEN_DIR),$(ROUTER_GEN_ARMS))
 
 # Speculative tree search and best-of-n on the likelihood verifier against their target-only
 # twins (same k, beam, depth; same n, temperature 0.7; in both drafted arms the target writes

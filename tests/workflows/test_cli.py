@@ -355,3 +355,19 @@ def test_make_bench_router_runs_the_committed_router_beside_the_verifier_curve(t
     assert "first_target_steps" not in checked["sr-lik"].options
     loose = checked["sr-lik-loose"].judge
     assert (loose.floor, loose.math_max_rank) == (-8, None) and checked["sr-lik"].judge.floor == -5.0
+
+
+def test_make_bench_router_generated_runs_the_retrained_router_beside_the_committed_one(tmp_path, monkeypatch):
+    """`make bench-router-generated` up to the engines: the router retrained on generated problems
+    and the committed one (trained on gsm_symbolic) each drive an arbitrage arm, the same way
+    (the target writes the first two steps, the governor off), beside target-only, under load."""
+    pytest.importorskip("torch", reason="the router file needs torch")
+    (args,) = _makefile_bench_runs(tmp_path, "bench-router-generated", ROUTER_GEN_DIR="gen").values()
+    config, checked, arms = _bench_config(args, monkeypatch)
+    assert (config["limit"], config["throughput_wave"], config["modes"]) == (100, 25, ["throughput"])
+    assert arms == {"target-only": ("target-only", None), "arbitrage": ("arbitrage", None),
+                    "arb-generated": ("arbitrage", None)}
+    old, new = checked["arbitrage"], checked["arb-generated"]
+    assert old.options == new.options == {"first_target_steps": 2, "backoff": False}
+    assert old.router.metadata["label"] == new.router.metadata["label"] == "verifier"
+    assert old.router.metadata != new.router.metadata  # two routers, not one file twice
