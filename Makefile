@@ -192,14 +192,16 @@ bench-router: setup
 # no gsm_symbolic, whose templates are GSM8K test problems) beside the committed one and
 # target-only, the same problems under load, waves of 25; both routers' arms as the router bench
 # has them (the target writes the first two steps), the governor off in both (under load it hands
-# steps to the target, which would hide the routers), every target on suffix decoding, dtype auto.
+# steps to the target, which would hide the routers), every target on suffix decoding (arbitrage's own
+# is the 0.5B inside the target: a third engine, which this machine's memory does not hold), dtype auto.
 ROUTER_GEN_FILE ?= benchmarks/measured/router_generated.pt
 ROUTER_GEN_DIR ?= benchmarks/measured/router_generated_gsm8k100_cpu
 ROUTER_GEN_ARMS = --dataset gsm8k --limit 100 --mode throughput --throughput-wave 25 --max-tokens 640 \
 	--kv-cache-gib 2.0 --strategies target-only,arbitrage,arb-generated --router $(ROUTER_FILE) \
 	--opt target-only.target_spec=suffix --opt arbitrage.first_target_steps=2 --opt arbitrage.backoff=false \
 	--opt arb-generated.strategy=arbitrage --opt arb-generated.router=$(ROUTER_GEN_FILE) \
-	--opt arb-generated.first_target_steps=2 --opt arb-generated.backoff=false
+	--opt arb-generated.first_target_steps=2 --opt arb-generated.backoff=false \
+	--opt arbitrage.target_spec=suffix --opt arb-generated.target_spec=suffix
 bench-router-generated: setup
 	$(call bench_run,$(ROUTER_GEN_DIR),$(ROUTER_GEN_ARMS))
 

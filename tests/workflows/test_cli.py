@@ -369,5 +369,9 @@ def test_make_bench_router_generated_runs_the_retrained_router_beside_the_commit
                     "arb-generated": ("arbitrage", None)}
     old, new = checked["arbitrage"], checked["arb-generated"]
     assert old.options == new.options == {"first_target_steps": 2, "backoff": False}
+    import workflows.eval.bench as bench
+
+    engines, _ = bench.BenchSpec.model_validate(config).arm_engines()  # two fit this machine, three do not
+    assert sorted(engines) == ["draft", "target"] and engines["target"].speculation == "suffix"
     assert old.router.metadata["label"] == new.router.metadata["label"] == "verifier"
     assert old.router.metadata != new.router.metadata  # two routers, not one file twice
