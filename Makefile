@@ -198,10 +198,9 @@ ROUTER_GEN_FILE ?= benchmarks/measured/router_generated.pt
 ROUTER_GEN_DIR ?= benchmarks/measured/router_generated_gsm8k100_cpu
 ROUTER_GEN_ARMS = --dataset gsm8k --limit 100 --mode throughput --throughput-wave 25 --max-tokens 640 \
 	--kv-cache-gib 2.0 --strategies target-only,arbitrage,arb-generated --router $(ROUTER_FILE) \
-	--opt target-only.target_spec=suffix --opt arbitrage.first_target_steps=2 --opt arbitrage.backoff=false \
-	--opt arb-generated.strategy=arbitrage --opt arb-generated.router=$(ROUTER_GEN_FILE) \
-	--opt arb-generated.first_target_steps=2 --opt arb-generated.backoff=false \
-	--opt arbitrage.target_spec=suffix --opt arb-generated.target_spec=suffix
+	--opt target-only.target_spec=suffix --opt arb-generated.strategy=arbitrage \
+	--opt arb-generated.router=$(ROUTER_GEN_FILE) $(foreach a,arbitrage arb-generated,--opt $(a).first_target_steps=2 \
+	--opt $(a).backoff=false --opt $(a).target_spec=suffix)
 bench-router-generated: setup
 	$(call bench_run,$(ROUTER_GEN_DIR),$(ROUTER_GEN_ARMS))
 

@@ -26,8 +26,7 @@ import json
 import logging
 import os
 import time
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -198,7 +197,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
         for engine in (target, draft):
             await engine.start()
         # what each engine computes in (dtype "auto" is probed per machine) and why
-        session["engines"] = {"target": dataclasses.asdict(target.info), "draft": dataclasses.asdict(draft.info)}
+        session["engines"] = {role: asdict(e.info) for role, e in (("target", target), ("draft", draft))}
         save()
         await asyncio.gather(*(one(p) for p in todo))
     finally:
