@@ -275,22 +275,26 @@ class OpenAIEngine(ServerConnection, ContinuationScoring):
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-                            continue_final_message: bool = False) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                            continue_final_message: bool = False,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         return self._local_tokenizer().apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, continue_final_message=continue_final_message,
+            [dict(m) for m in messages], tools=[dict(t) for t in tools] if tools else None, tokenize=False,
+            continue_final_message=continue_final_message,
             add_generation_prompt=add_generation_prompt and not continue_final_message)
 
-    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-                                   continue_final_message: bool = False) -> str:
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False,
+                                   tools: Sequence[Mapping[str, Any]] | None = None) -> str:
         """:meth:`apply_chat_template`, rendered by the server when this machine has no tokenizer:
         vLLM's ``/tokenize`` renders the template and tokenizes it, ``/detokenize`` gives the text
         back, and a re-encode proves the round trip lost nothing."""
         if self._tokenizer is not None:
-            return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)
+            return self.apply_chat_template(messages, add_generation_prompt, continue_final_message, tools)
         payload = {"model": self.model, "messages": [dict(m) for m in messages],
                    "add_generation_prompt": add_generation_prompt and not continue_final_message,
-                   "continue_final_message": continue_final_message}
+                   "continue_final_message": continue_final_message,
+                   **({"tools": [dict(t) for t in tools]} if tools else {})}
         ids = [int(t) for t in (await self._request("POST", "/tokenize", payload)).json()["tokens"]]
         text = await self.adecode(ids)
         if await self.aencode(text) != ids:

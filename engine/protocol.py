@@ -8,7 +8,7 @@ the backend batches across them too.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.stats import EngineStats
 from engine.types import ContinuationRequest, ContinuationScores, EngineInfo, GenerationRequest, GenerationResult, NextTokenDistribution, Prompt
@@ -58,22 +58,27 @@ class Engine(Protocol):
 
     def apply_chat_template(
         self,
-        messages: Sequence[Mapping[str, str]],
+        messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
         """The model's chat template rendered to prompt text.
 
         ``continue_final_message`` leaves the last (assistant) message open so that
-        generation continues it: how a judge pre-fills ``Score:``.
+        generation continues it: how a judge pre-fills ``Score:``. ``tools``: OpenAI
+        function schemas, rendered as the template renders tools (Qwen2.5's: in the
+        system turn, asking for ``<tool_call>`` tags); messages may then hold an
+        assistant's ``tool_calls`` and ``tool`` results.
         """
         ...
 
     async def aapply_chat_template(
         self,
-        messages: Sequence[Mapping[str, str]],
+        messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
         """:meth:`apply_chat_template` for code on the event loop: an engine that renders
         on a server (no tokenizer on this machine) awaits it instead of blocking."""

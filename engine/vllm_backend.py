@@ -290,22 +290,25 @@ class VLLMEngine:
 
     def apply_chat_template(
         self,
-        messages: Sequence[Mapping[str, str]],
+        messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
         if continue_final_message:
             add_generation_prompt = False
         return self.tokenizer.apply_chat_template(
             [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] if tools else None,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
         )
 
-    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-                                   continue_final_message: bool = False) -> str:
-        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)  # local: no wait
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False,
+                                   tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message, tools)  # local
 
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)

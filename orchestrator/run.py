@@ -13,6 +13,7 @@ reading the engines' global counters.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
@@ -27,6 +28,10 @@ from orchestrator.prompts import opening_messages
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules, find_answer
 from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
+
+
+# The judge name of a drafted step rejected because its tool call is invalid.
+TOOL_CALL_CHECK = "tool-call-check"
 
 
 class ReasoningError(RuntimeError):
@@ -279,6 +284,9 @@ class TraceRun:
 
     def add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
         """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
+        if ends is not StepEnd.THINKING and record.complete and self.rules.action_pattern and \
+                re.search(self.rules.action_pattern, self.open_step_text() + record.text):
+            ends = StepEnd.ACTION  # a step holding a tool call, written in one piece or several
         self.steps.append(record)
         if ends is StepEnd.ACTION:
             self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat
@@ -302,10 +310,32 @@ class TraceRun:
         self.ended = self.ended or StopReason(reason)
 
     async def judge(self, judge: Judge, candidates: Sequence[StepCandidate]) -> list[Verdict]:
+        """``judge``'s verdicts on ``candidates``; a drafted tool call that
+        ``rules.action_check`` finds invalid is rejected whole without asking it."""
+        head = self.open_step_text()  # a drafted piece continues the step written so far
+        invalid = {i for i, c in enumerate(candidates) if self.invalid_call(head + c.draft_step) is not None}
+        asked = [c for i, c in enumerate(candidates) if i not in invalid]
         with self.clock:
-            verdicts = await judge.judge(candidates)
-        self.num_judge_calls += sum(v.num_judge_calls for v in verdicts)
-        return verdicts
+            verdicts = iter(await judge.judge(asked) if asked else [])
+        out = [Verdict(TOOL_CALL_CHECK, False) if i in invalid else next(verdicts) for i in range(len(candidates))]
+        self.num_judge_calls += sum(v.num_judge_calls for v in out)
+        return out
+
+    def open_step_text(self) -> str:
+        """The text of the step being written: the pieces since the last complete step."""
+        pieces = []
+        for s in reversed(self.steps):
+            if s.complete:
+                break
+            pieces.append(s.text)
+        return "".join(reversed(pieces))
+
+    def invalid_call(self, text: str) -> str | None:
+        """Why the call ``text`` makes is invalid (``rules.action_check``), or None (no call, or a good one)."""
+        rules = self.rules
+        if rules.action_check is None or not rules.action_pattern or not re.search(rules.action_pattern, text):
+            return None
+        return rules.action_check(text)
 
     # -- stopping --------------------------------------------------------------------
 

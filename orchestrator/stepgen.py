@@ -17,7 +17,7 @@ from typing import Sequence
 
 from engine.protocol import Engine
 from engine.types import FinishReason, GenerationRequest, SamplingSpec, TokenLogprob
-from orchestrator.prompts import reasoning_messages
+from orchestrator.prompts import Chat, RawPrompt, question_tools, reasoning_messages
 from orchestrator.steps import StepRules, inside_code_block, inside_thinking, last_boxed
 from orchestrator.trace import StepEnd, StepRecord, join_steps
 
@@ -55,8 +55,13 @@ def top_k_entropy(token: TokenLogprob) -> float:
 async def opening_prompt(engine: Engine, question: str) -> str:
     """The reasoning chat rendered by ``engine``'s template, up to the assistant's turn.
     Constant for a trace: render it once per engine, not once per step (through an
-    OpenAI server without a local tokenizer a rendering costs three HTTP calls)."""
-    return await engine.aapply_chat_template(reasoning_messages(question))
+    OpenAI server without a local tokenizer a rendering costs three HTTP calls).
+    A :class:`RawPrompt` is its own opening; a :class:`Chat` renders with its tools, and
+    its prefill opens the assistant's turn."""
+    if isinstance(question, RawPrompt):
+        return str(question)
+    opening = await engine.aapply_chat_template(reasoning_messages(question), tools=question_tools(question))
+    return opening + (question.prefill if isinstance(question, Chat) else "")
 
 
 def step_prompt(opening: str, steps: Sequence[StepRecord], delimiter: str) -> str:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 CODE_FENCE = "```"
 DEFAULT_ANSWER_PATTERNS = (r"[Tt]he (?:final )?answer is:?\s*\$?(?P<answer>-?[\d,]*\.?\d+)",)
@@ -37,6 +38,10 @@ class StepRules:
     # the observation itself (``action_stop``), which the tool must give.
     action_pattern: str | None = None
     action_stop: str | None = None
+    # Given the text of a drafted step that holds a call, why the call is invalid (an
+    # undeclared tool, arguments against its schema), or None: such a step is rejected
+    # whole before any judge sees it, and the target writes the step.
+    action_check: Callable[[str], str | None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.action_pattern is not None:

@@ -183,6 +183,30 @@ class Trace:
     def num_backoff_steps(self) -> int:
         return sum(1 for s in self.steps if s.backoff)
 
+    def whole_steps(self) -> list[tuple[StepRecord, ...]]:
+        """The records grouped by step: a step cut into pieces is several records, all but
+        its last ``complete=False``."""
+        groups: list[tuple[StepRecord, ...]] = []
+        start = 0
+        for i, s in enumerate(self.steps):
+            if s.complete or i == len(self.steps) - 1:
+                groups.append(self.steps[start:i + 1])
+                start = i + 1
+        return groups
+
+    def tool_call_steps(self) -> dict[str, int]:
+        """The steps that hold a tool call, apart from reasoning steps (the step that ended a
+        trace with stop reason "action": one at most): how many, how many were drafted, kept
+        as drafted (every drafted piece accepted), and cut or rejected.
+
+        Worked example: the draft writes ``{"name": "multiply", "arguments": {"a": 12,
+        "b": 31}}``, the verifier cuts at ``31`` (the target's token is ``13``) and the
+        target writes the rest: one tool-call step, drafted 1, kept 0, cut 1."""
+        calls = self.whole_steps()[-1:] if self.stop_reason is StopReason.ACTION else []
+        drafted = [g for g in calls if any(s.draft_text is not None for s in g)]
+        kept = [g for g in drafted if all(s.accepted for s in g if s.draft_text is not None)]
+        return {"steps": len(calls), "drafted": len(drafted), "kept": len(kept), "cut": len(drafted) - len(kept)}
+
     @property
     def step_acceptance_rate(self) -> float | None:
         n = self.num_drafted_steps
@@ -212,6 +236,7 @@ class Trace:
             "num_cut_steps": self.num_cut_steps,
             "num_kept_draft_tokens": self.num_kept_draft_tokens,
             "num_backoff_steps": self.num_backoff_steps,
+            "tool_call_steps": self.tool_call_steps(),
             "judge_seconds": sum(s.judge_seconds for s in self.steps),
             "num_tokens": self.num_tokens,
             "num_draft_tokens": self.num_draft_tokens,

@@ -7,8 +7,9 @@ model "says" and see what it was asked.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from engine.stats import EngineStats
 from engine.types import (
@@ -30,6 +31,13 @@ from engine.types import (
 TOKEN = re.compile(r"\s*\S+")
 
 
+class WordTokenizer:
+    """What a tool parser is built with: a vocabulary (the scripted engines' words)."""
+
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+
 class ScriptedEngine:
     # One vocabulary for every scripted engine, as a real pair shares its tokenizer.
     vocab: dict[str, int] = {}
@@ -49,8 +57,13 @@ class ScriptedEngine:
         token_logprob: Callable[[str], float] | None = None,
         token_scores: Callable[[str, list[str]], Sequence[tuple[float, int, str | None]]] | None = None,
         delay: float | None = None,
+        renders_tools: bool = False,
+        max_model_len: int | None = None,
     ) -> None:
         self.name = name
+        self.max_model_len = max_model_len
+        self.renders_tools = renders_tools  # its template renders tools (else it ignores them, as older templates)
+        self.tokenizer = WordTokenizer()
         self._next_token = next_token or (lambda prompt: [("0", 0.0)])
         self._continuation = continuation or (lambda prompt: "")
         self._token_logprob = token_logprob or (lambda text: 0.0)
@@ -66,7 +79,7 @@ class ScriptedEngine:
 
     @property
     def info(self) -> EngineInfo:
-        return EngineInfo(name=self.name, backend="scripted", model=self.name)
+        return EngineInfo(name=self.name, backend="scripted", model=self.name, max_model_len=self.max_model_len)
 
     async def start(self) -> None:
         self.started = True
@@ -136,17 +149,25 @@ class ScriptedEngine:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-                            continue_final_message: bool = False) -> str:
-        parts = [f"<|{m['role']}|>{m['content']}" for m in messages]
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                            continue_final_message: bool = False,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        def text(m):
+            calls = "".join(f"<tool_call>{json.dumps(c['function'])}</tool_call>" for c in m.get("tool_calls") or ())
+            return (m.get("content") or "") + calls
+
+        shown = tools and self.renders_tools
+        parts = ([f"<|tools|>{json.dumps([t['function']['name'] for t in tools])}"] if shown else []) + \
+            [f"<|{m['role']}|>{text(m)}" for m in messages]
         text = "\n".join(parts)
         if continue_final_message:
             return text
         return text + ("\n<|assistant|>" if add_generation_prompt else "")
 
-    async def aapply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True,
-                                   continue_final_message: bool = False) -> str:
-        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message)
+    async def aapply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                                   continue_final_message: bool = False,
+                                   tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        return self.apply_chat_template(messages, add_generation_prompt, continue_final_message, tools)
 
     async def acount_tokens(self, text: str) -> int:
         return self.count_tokens(text)

@@ -12,8 +12,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -121,3 +123,28 @@ def vllm_server(model_path: str | Path, port: int, log: Path, **options) -> Iter
         yield proc
     finally:
         stop_process(proc)
+
+
+@contextmanager
+def serving(reasoners, start_timeout: float = 30, close=None, **settings):
+    """The app on a free port of 127.0.0.1, in a thread; yields its base URL once it serves
+    (real engines start before it does: give them ``start_timeout``)."""
+    import uvicorn
+
+    from workflows.serve.app import build_app
+    from workflows.serve.settings import ServeSettings
+
+    port = free_port()
+    app = build_app(reasoners, ServeSettings(port=port, **settings), close=close)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=120)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import threading
 import time
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from openai_server import free_port, sdk_client, stop_process, wait_healthy
+from openai_server import free_port, sdk_client, serving, stop_process, wait_healthy
 from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, script
 
 pytestmark = pytest.mark.vllm
@@ -29,31 +27,6 @@ def reasoner(delay: float = 0.0, **kwargs):
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = delay or None  # each generate call waits (and can be cancelled there)
     return Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), first_target_steps=0, **kwargs)
-
-
-@contextmanager
-def serving(reasoners, start_timeout: float = 30, close=None, **settings):
-    """The app on a free port of 127.0.0.1, in a thread; yields its base URL once it serves
-    (real engines start before it does: give them ``start_timeout``)."""
-    import uvicorn
-
-    from workflows.serve.app import build_app
-    from workflows.serve.settings import ServeSettings
-
-    port = free_port()
-    app = build_app(reasoners, ServeSettings(port=port, **settings), close=close)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + start_timeout
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=120)
 
 
 def run_32_streams(one, timeout: float, record_property) -> None:

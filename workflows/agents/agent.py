@@ -9,15 +9,25 @@
 
 Each thought is a reasoning step written under the reasoner's strategy (the
 draft writes it, the judge or router decides, the target rewrites what it
-must). A step that calls a tool ends the turn::
+must). A step that calls a tool ends the turn.
+
+The tools are declared to the model in its own tool format (``tool_format="template"``,
+the default where the model's chat template renders tools): the template renders
+their OpenAI function schemas, the call is read by a vLLM tool parser
+(:mod:`workflows.agents.toolcalls`), and its result goes back as a ``tool`` message
+answering the call. A drafted call that is invalid (no such tool, arguments against
+its schema) is rejected and the target writes the step; an invalid call the target
+writes gets a message saying what is wrong, and the agent goes on.
+
+For a model whose template has no tools (``tool_format="text"``), the calls are
+text of the agent's own::
 
     Action: calculator({"expression": "48 / 2"})
 
-The agent parses the call (JSON arguments, ``name(key=value)`` or a single bare
-value are all understood; anything else gets an observation saying how to
-write it), validates it against the tool's schema, runs it with its timeout
-and answers with ``Observation: ...``; the reasoner then continues the same
-chat. The answer is the first ``\\boxed{}``.
+parsed tolerantly (JSON arguments, ``name(key=value)`` or a single bare value;
+anything else gets an observation saying how to write it) and answered with
+``Observation: ...``. Either way the reasoner then continues the same chat, the
+answer is the first ``\\boxed{}``.
 
 Speculative tool calls: a tool declared ``side_effect_free`` is started as soon
 as the draft writes the call, while the target is still judging the step. If
@@ -36,15 +46,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.types import GenerationRequest, GenerationResult
-from orchestrator.prompts import Chat
+from orchestrator.prompts import Chat, message_text
 from orchestrator.reasoner import Reasoner
-from orchestrator.trace import StepRecord, Trace
-from workflows.agents.tools import Tool, ToolResult, as_tool
+from orchestrator.trace import StepRecord, StopReason, Trace, join_steps
+from workflows.agents.toolcalls import DEFAULT_TOOL_CALL_PARSER, ToolCalling, assistant_message
+from workflows.agents.tools import Tool, as_tool
 
 # Where a step starts a tool call (tolerant: "**Action**:", "action :", list markers).
 ACTION_START = r"(?im)^[\s>*_`#\-\d.)]*action[\s*_`]*:[\s*_`]*[A-Za-z_]\w*\s*\("
 _ACTION = re.compile(r"(?im)^[\s>*_`#\-\d.)]*action[\s*_`]*:[\s*_`]*([A-Za-z_]\w*)\s*\((.*)\)[\s*_`]*$")
 OBSERVATION = "Observation:"
+
+# The system prompt with the model's own tool format (the template lists the tools).
+TOOLS_SYSTEM_PROMPT = """You solve the task step by step, one short step per paragraph.
+Use the tools for every calculation: call one, then wait for its result.
+When you know the final answer, write it as \\boxed{answer}."""
+TOOL_FORMATS = ("auto", "template", "text")
 
 DEFAULT_SYSTEM_PROMPT = """You solve the task step by step, one short step per paragraph.
 You can use these tools:
@@ -154,19 +171,17 @@ class _DraftWatcher:
     """The draft engine as the agent sees it: every drafted step that calls a
     side-effect-free tool starts that call at once."""
 
-    def __init__(self, engine: Any, agent: "Agent", started: dict[str, asyncio.Task]) -> None:
-        self.engine, self.agent, self.started = engine, agent, started
+    def __init__(self, engine: Any, agent: "Agent", started: dict[str, asyncio.Task],
+                 calling: ToolCalling | None) -> None:
+        self.engine, self.agent, self.started, self.calling = engine, agent, started, calling
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         results = await self.engine.generate(requests)
         for r in results:
             for c in r.completions:
-                if not re.search(ACTION_START, c.text):
-                    continue
-                call = parse_action(c.text, self.agent.tools)
-                if isinstance(call, ToolCall) and self.agent.tools[call.tool].side_effect_free:
+                for call in self.agent.calls_in(c.text, self.calling):
                     key = _key(call)
-                    if key not in self.started:
+                    if self.agent.tools[call.tool].side_effect_free and key not in self.started:
                         self.started[key] = asyncio.ensure_future(self.agent.tools[call.tool].call(call.args))
         return results
 
@@ -179,18 +194,24 @@ class Agent:
 
     def __init__(self, reasoner: Reasoner, tools: Sequence[Any] = (), *, system_prompt: str | None = None,
                  max_iterations: int = 8, speculative_tools: bool = True,
-                 demonstration: Sequence[Mapping[str, str]] = ()) -> None:
+                 demonstration: Sequence[Mapping[str, Any]] = (), tool_format: str = "auto",
+                 tool_call_parser: str = DEFAULT_TOOL_CALL_PARSER) -> None:
         """``demonstration``: a worked exchange shown before the task, as chat turns
-        (user task, assistant thoughts and calls, user observations, ...): small
-        models follow a shown exchange far better than a described format."""
+        (user task, assistant thoughts and calls, the calls' results, ...): small
+        models follow a shown exchange far better than a described format.
+        ``tool_format``: "template" (the model's own: its template renders the tools),
+        "text" (``Action:`` lines) or "auto" (template where the model's template renders
+        tools). ``tool_call_parser``: the vLLM tool parser that reads template calls."""
         if max_iterations < 1:
             raise AgentError(f"max_iterations must be >= 1, got {max_iterations}")
+        if tool_format not in TOOL_FORMATS:
+            raise AgentError(f"tool_format must be one of {', '.join(TOOL_FORMATS)}, got {tool_format!r}")
         roles = [m.get("role") for m in demonstration]
-        if any(r not in ("user", "assistant") for r in roles) or (roles and (roles[0] != "user"
-                                                                             or roles[-1] != "assistant")):
-            raise AgentError("a demonstration is user/assistant turns, opening with the user's task and ending "
-                             "with the assistant's answer")
-        self.demonstration = [{"role": m["role"], "content": m["content"]} for m in demonstration]
+        if any(r not in ("user", "assistant", "tool") for r in roles) or (roles and (roles[0] != "user"
+                                                                                     or roles[-1] != "assistant")):
+            raise AgentError("a demonstration is user/assistant (and tool) turns, opening with the user's task and "
+                             "ending with the assistant's answer")
+        self.demonstration = [dict(m) for m in demonstration]
         self.reasoner = reasoner
         self.tools: dict[str, Tool] = {}
         for obj in tools:
@@ -201,16 +222,55 @@ class Agent:
         listing = "\n".join(f"- {t.signature()}" for t in self.tools.values()) or "(none)"
         first = next(iter(self.tools.values()), None)
         example = f"{first.name}({_example_args(first)})" if first else "none"
-        self.system_prompt = (system_prompt or DEFAULT_SYSTEM_PROMPT).replace("{tools}", listing) \
+        self.custom_prompt = system_prompt
+        self.text_system_prompt = (system_prompt or DEFAULT_SYSTEM_PROMPT).replace("{tools}", listing) \
             .replace("{example}", example).replace("{{", "{").replace("}}", "}")
         self.max_iterations = max_iterations
         self.speculative_tools = speculative_tools
-        self.rules = replace(reasoner.rules, action_pattern=ACTION_START, action_stop=OBSERVATION)
+        self.tool_format, self.tool_call_parser = tool_format, tool_call_parser
+        self.text_rules = replace(reasoner.rules, action_pattern=ACTION_START, action_stop=OBSERVATION)
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt of the text format (the template format's: :meth:`prompt`)."""
+        return self.text_system_prompt
+
+    def format(self) -> str:
+        """The tool format in use: "template" or "text" (for "auto": whether the target's template
+        renders tools; the engine must be started)."""
+        if self.tool_format != "auto":
+            return self.tool_format
+        target, probe = self.reasoner.target, [{"role": "user", "content": "-"}]
+        rendered = target.apply_chat_template(probe, tools=[t.openai() for t in self.tools.values()])
+        return "template" if self.tools and rendered != target.apply_chat_template(probe) else "text"
+
+    def prompt(self, template: bool) -> str:
+        """The system prompt: the given one, else the format's default (tools listed in text only)."""
+        if template:
+            return (self.custom_prompt or TOOLS_SYSTEM_PROMPT).replace("{tools}", ", ".join(self.tools))
+        return self.text_system_prompt
+
+    def calls_in(self, text: str, calling: ToolCalling | None) -> list[ToolCall]:
+        """The calls of declared tools a drafted text makes, in the format in use."""
+        if calling is None:
+            if not re.search(ACTION_START, text):
+                return []
+            call = parse_action(text, self.tools)
+            return [call] if isinstance(call, ToolCall) else []
+        if not re.search(calling.start, text):
+            return []
+        parsed = calling.parse(text)
+        return [ToolCall(c.name, c.arguments) for c in parsed.calls if calling.check(c) is None]
 
     async def arun(self, task: str, on_step: Callable[[StepRecord], None] | None = None) -> AgentResult:
         if not task or not task.strip():
             raise ValueError("the task is empty; give the agent something to do")
-        messages: list[dict[str, str]] = [{"role": "system", "content": self.system_prompt}, *self.demonstration,
+        await self.reasoner.start()
+        template = self.format() == "template"
+        calling = ToolCalling([t.openai() for t in self.tools.values()], self.tool_call_parser,
+                              tokenizer=self.reasoner.target.tokenizer) if template else None
+        rules = calling.rules(self.reasoner.rules) if calling is not None else self.text_rules
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.prompt(template)}, *self.demonstration,
                                           {"role": "user", "content": task}]
         shown = len(messages) - 1  # the messages before the task
         traces: list[Trace] = []
@@ -220,35 +280,68 @@ class Agent:
             started: dict[str, asyncio.Task] = {}
             draft = None
             if self.speculative_tools and self.reasoner.draft is not None:
-                draft = _DraftWatcher(self.reasoner.draft, self, started)
+                draft = _DraftWatcher(self.reasoner.draft, self, started, calling)
             try:
-                solution = await self.reasoner.asolve(Chat(task, messages), on_step, rules=self.rules, draft=draft)
+                question = Chat(task, messages, calling.rendered_tools if calling else ())
+                solution = await self.reasoner.asolve(question, on_step, rules=rules, draft=draft)
                 trace = solution.trace
                 traces.append(trace)
-                if trace.stop_reason != "action":
+                if trace.stop_reason != StopReason.ACTION:
                     stop = trace.stop_reason
                     messages.append({"role": "assistant", "content": trace.text})
                     break
-                call = parse_action(trace.steps[-1].text, self.tools)
-                if isinstance(call, str):
-                    result, speculative = ToolResult(False, call), False
-                elif _key(call) in started:  # the draft wrote this very call: it is running or done
-                    result, speculative = await started.pop(_key(call)), True
-                else:
-                    result, speculative = await self.tools[call.tool].call(call.args), False
-                if not isinstance(call, str):
-                    records.append(ToolCallRecord(call.tool, call.args, result.observation, result.ok, speculative,
-                                                  True, result.seconds, result.timed_out))
-                messages.append({"role": "assistant", "content": trace.text})
-                messages.append({"role": "user", "content": f"{OBSERVATION} {result.observation}"})
+                turn = await (self._template_turn(trace, calling, started) if calling is not None
+                              else self._text_turn(trace, started))
+                messages += turn.messages
+                records += turn.records
             finally:
                 records.extend(await _discard(started))
         answer = next((t.answer for t in reversed(traces) if t.answer is not None), None)
         return AgentResult(task, answer, stop, tuple(traces), tuple(records),
-                           tuple((m["role"], m["content"]) for m in messages[:1] + messages[shown:]))
+                           tuple((m["role"], message_text(m)) for m in messages[:1] + messages[shown:]))
+
+    async def _run(self, call: ToolCall, started: dict[str, asyncio.Task]) -> ToolCallRecord:
+        """``call`` run (or its speculative run, started from the draft's step, awaited)."""
+        if _key(call) in started:  # the draft wrote this very call: it is running or done
+            result, speculative = await started.pop(_key(call)), True
+        else:
+            result, speculative = await self.tools[call.tool].call(call.args), False
+        return ToolCallRecord(call.tool, call.args, result.observation, result.ok, speculative, True, result.seconds,
+                              result.timed_out)
+
+    async def _text_turn(self, trace: Trace, started: dict[str, asyncio.Task]) -> "_Turn":
+        call = parse_action(trace.steps[-1].text, self.tools)
+        said = {"role": "assistant", "content": trace.text}
+        if isinstance(call, str):
+            return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {call}"}], [])
+        record = await self._run(call, started)
+        return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {record.observation}"}], [record])
+
+    async def _template_turn(self, trace: Trace, calling: ToolCalling, started: dict[str, asyncio.Task]) -> "_Turn":
+        steps = trace.whole_steps()
+        before = join_steps([r for g in steps[:-1] for r in g], trace.delimiter)
+        parsed = calling.parse(join_steps(steps[-1], trace.delimiter))
+        if not parsed.calls or parsed.problems:
+            problem = "; ".join(parsed.problems) or "no call could be read"
+            return _Turn([{"role": "assistant", "content": trace.text},
+                          {"role": "user", "content": f"That tool call is invalid: {problem}. Call a declared tool "
+                                                      "with arguments that match its schema."}], [])
+        said = assistant_message(parsed)
+        said["content"] = "\n\n".join(t for t in (before, parsed.content or "") if t)
+        records = [await self._run(ToolCall(c.name, c.arguments), started) for c in parsed.calls]
+        return _Turn([said, *({"role": "tool", "tool_call_id": c.id, "content": r.observation}
+                              for c, r in zip(parsed.calls, records))], records)
 
     def run(self, task: str, on_step: Callable[[StepRecord], None] | None = None) -> AgentResult:
         return self.reasoner.run_sync(self.arun(task, on_step))
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """What one tool-calling turn adds: its messages (the assistant's, the results) and its calls."""
+
+    messages: list[dict[str, Any]]
+    records: list[ToolCallRecord]
 
 
 async def _discard(started: dict[str, asyncio.Task]) -> list[ToolCallRecord]:

@@ -1,4 +1,4 @@
-"""Tools: plain typed Python functions an agent may call.
+"""Tools: plain typed Python functions (or an MCP server's tools) an agent may call.
 
     from workflows.agents.tools import tool
 
@@ -33,7 +33,7 @@ import json
 import threading
 import time
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -61,29 +61,56 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class Tool:
+    """A callable the agent may call, declared as an OpenAI function schema (:meth:`openai`).
+    A typed function's argument schema comes from its type hints (``args_model``); a tool
+    of an MCP server brings its JSON schema (``schema``)."""
+
     name: str
     fn: Callable[..., Any]
     description: str
     side_effect_free: bool = False
     timeout: float = DEFAULT_TIMEOUT
-    args_model: type[BaseModel] = field(default=None, repr=False)  # type: ignore[assignment]
+    args_model: type[BaseModel] | None = field(default=None, repr=False)
+    schema: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def parameters(self) -> dict[str, Any]:
         """JSON Schema of the arguments."""
-        return self.args_model.model_json_schema()
+        if self.args_model is not None:
+            return self.args_model.model_json_schema()
+        return dict(self.schema or {"type": "object", "properties": {}})
+
+    def openai(self) -> dict[str, Any]:
+        """The tool as an OpenAI function schema: what a chat template renders and a server declares."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return tuple(self.args_model.model_fields)
+        if self.args_model is not None:
+            return tuple(self.args_model.model_fields)
+        return tuple(self.parameters.get("properties", {}))
 
     def signature(self) -> str:
         """How the agent's prompt shows the tool: name, arguments with types, description."""
-        args = ", ".join(f"{n}: {_type_name(f.annotation)}" for n, f in self.args_model.model_fields.items())
-        return f"{self.name}({args}): {self.description}"
+        if self.args_model is not None:
+            types = {n: _type_name(f.annotation) for n, f in self.args_model.model_fields.items()}
+        else:
+            types = {n: str(p.get("type", "any")) for n, p in self.parameters.get("properties", {}).items()}
+        return f"{self.name}({', '.join(f'{n}: {t}' for n, t in types.items())}): {self.description}"
 
     def validate(self, args: dict[str, Any]) -> dict[str, Any]:
         """The arguments checked and converted; ValueError naming what is wrong."""
+        if self.args_model is None:
+            from jsonschema import validators
+
+            schema = self.parameters
+            error = next(iter(validators.validator_for(schema)(schema).iter_errors(args)), None)
+            if error is not None:
+                where = ".".join(str(p) for p in error.absolute_path)
+                raise ValueError(f"bad arguments for {self.name}: {f'{where}: ' if where else ''}{error.message}. "
+                                 f"It takes {self.signature()}")
+            return dict(args)
         try:
             return self.args_model.model_validate(args).model_dump()
         except ValidationError as e:
@@ -214,6 +241,6 @@ def load_tool(ref: str, allowed_modules: list[str] | tuple[str, ...], *, name: s
         hint = f"; did you mean '{module_name}:{match}'?" if match else ""
         raise ToolError(f"tool '{ref}': module '{module_name}' has no '{fn_name}'{hint}")
     base = as_tool(fn)
-    return Tool(name or base.name, base.fn, description or base.description,
-                base.side_effect_free if side_effect_free is None else side_effect_free,
-                base.timeout if timeout is None else timeout, base.args_model)
+    return replace(base, name=name or base.name, description=description or base.description,
+                   side_effect_free=base.side_effect_free if side_effect_free is None else side_effect_free,
+                   timeout=base.timeout if timeout is None else timeout)

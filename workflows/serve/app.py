@@ -46,48 +46,24 @@ from openai.types import Completion, CompletionChoice, CompletionUsage, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
-from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 
 from common.names import did_you_mean
 from engine.session import TRACE_SESSION
 from orchestrator.budget import Budget
 from orchestrator.goodput import GoodputGovernor
-from orchestrator.prompts import reasoning_messages
 from orchestrator.reasoner import Reasoner, Solution
 from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES
-from orchestrator.trace import StepRecord, StopReason, Trace, join_steps
+from orchestrator.trace import StepRecord, Trace, join_steps
 from orchestrator.verify_queue import JudgeQueue
+from workflows.agents.toolcalls import parser_class
 from workflows.serve.protocol import RequestError, TraceRequest, parse_chat, parse_completion, parse_json
 from workflows.serve.settings import ServeSettings
+from workflows.serve.turns import Turn, cut_at_stop, finish_reason
 
 logger = logging.getLogger(__name__)
-
-# Stop reasons that end a trace by its own text; the others are a budget's (finish_reason "length").
-_STOPPED = {StopReason.ANSWER, StopReason.EOS, StopReason.ACTION, StopReason.REPETITION}
-
-
-def answer_split(steps: tuple[StepRecord, ...]) -> int:
-    """Where the answer step starts: the index of the first record of the last step (a
-    step cut into pieces is several records, all but its last ``complete=False``)."""
-    start = len(steps) - 1
-    while start > 0 and not steps[start - 1].complete:
-        start -= 1
-    return max(start, 0)
-
-
-def reasoning_and_answer(trace: Trace) -> tuple[str, str]:
-    """(the reasoning: every step before the last, each with its delimiter; the last step)."""
-    k = answer_split(trace.steps)
-    reasoning = join_steps(trace.steps[:k], trace.delimiter) + (trace.delimiter if k else "")
-    return reasoning, join_steps(trace.steps[k:], trace.delimiter)
-
-
-def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
-    """``text`` up to the first of the stop strings (OpenAI's ``stop``)."""
-    cuts = [text.index(s) for s in stop if s and s in text]
-    return text[:min(cuts)] if cuts else text
-
+ARGUMENT_PIECE = 16  # characters of a call's arguments per streamed delta
 
 class HeldStep:
     """Streams a trace's records as they join it, one step behind: a step goes out (with
@@ -102,9 +78,6 @@ class HeldStep:
             out, self.held = join_steps(self.held, self.delimiter) + self.delimiter, []
         self.held.append(record)
         return out
-
-    def answer(self) -> str:
-        return join_steps(self.held, self.delimiter)
 
 
 class Served:
@@ -197,24 +170,15 @@ def _needs_router(strategy: str) -> bool:
     return known is not None and known.needs_router
 
 
-async def _solve(reasoner: Reasoner, question: str, session: str,
+async def _solve(reasoner: Reasoner, turn: Turn, session: str,
                  on_step: Callable[[StepRecord], None] | None = None) -> Solution:
     TRACE_SESSION.set(session)  # this task's own context: every engine call of the trace carries it
-    return await reasoner.asolve(question, on_step)
-
-
-async def _prompt_tokens(reasoner: Reasoner, question: str) -> int:
-    prompt = await reasoner.target.aapply_chat_template(reasoning_messages(question))
-    return await reasoner.target.acount_tokens(prompt)
+    return await reasoner.asolve(turn.question, on_step, rules=turn.rules)
 
 
 def _usage(prompt_tokens: int, trace: Trace) -> CompletionUsage:
     return CompletionUsage(prompt_tokens=prompt_tokens, completion_tokens=trace.num_tokens,
                            total_tokens=prompt_tokens + trace.num_tokens)
-
-
-def _finish_reason(trace: Trace) -> str:
-    return "stop" if trace.stop_reason in _STOPPED else "length"
 
 
 def _trace_failed(e: ReasoningError) -> RequestError:
@@ -242,6 +206,7 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
     calls ``close`` (what owns engines the reasoners share: a workflow's)."""
     served = Served(reasoners, settings)
     api_key = settings.api_key()
+    parser_class(settings.tool_call_parser)  # an unknown parser fails here, before any engine starts
 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for reasoner in served.reasoners.values():
@@ -295,13 +260,16 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
 
     async def answer(request: Request, parse: Callable[[dict], TraceRequest], prefix: str, chunks, reply) -> Response:
         """One endpoint's request: checked, then streamed as ``chunks`` renders it, or solved
-        and answered with ``reply(name, rid, request, solution, prompt_tokens)``."""
+        and answered with ``reply(name, rid, request, turn, solution, usage)``."""
         name, reasoner, tr = await checked(request, parse)
+        turn = Turn.of(tr, reasoner, settings.tool_call_parser)
+        prompt_tokens = await turn.prompt_tokens(reasoner, tr.max_tokens)
         rid = f"{prefix}-{uuid.uuid4().hex}"
         if tr.stream:
-            return _streamed(served, request, reasoner, tr, rid, chunks(name, rid, tr, reasoner))
-        solution, prompt_tokens = await _solved(served, request, reasoner, tr, rid)
-        body = reply(name, rid, tr, solution, _usage(prompt_tokens, solution.trace))
+            return _streamed(served, request, reasoner, turn, rid,
+                             chunks(name, rid, tr, turn, reasoner.rules.delimiter, prompt_tokens))
+        solution = await _solved(served, request, reasoner, turn, rid)
+        body = reply(name, rid, tr, turn, solution, _usage(prompt_tokens, solution.trace))
         return JSONResponse(body.model_dump(mode="json", exclude_none=True))
 
     @app.post("/v1/chat/completions")
@@ -315,28 +283,29 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
     return app
 
 
-def _chat_reply(name: str, rid: str, tr: TraceRequest, solution: Solution, usage: CompletionUsage) -> ChatCompletion:
-    trace = solution.trace
-    reasoning, answer = reasoning_and_answer(trace)
-    message = ChatCompletionMessage(role="assistant", content=cut_at_stop(answer, tr.stop), reasoning_content=reasoning)
+def _chat_reply(name: str, rid: str, tr: TraceRequest, turn: Turn, solution: Solution,
+                usage: CompletionUsage) -> ChatCompletion:
+    said = turn.reply(solution.trace, tr.stop)
+    message = ChatCompletionMessage(role="assistant", content=said.content, reasoning_content=said.reasoning,
+                                    tool_calls=[c.openai() for c in said.calls] or None)
     return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=name,
-                          choices=[Choice(index=0, message=message, finish_reason=_finish_reason(trace))],
-                          usage=usage, stepspec=solution.stats)
+                          choices=[Choice(index=0, message=message, finish_reason=said.finish_reason)],
+                          usage=usage, stepspec=said.stats(solution.stats))
 
 
-def _completion_reply(name: str, rid: str, tr: TraceRequest, solution: Solution, usage: CompletionUsage) -> Completion:
+def _completion_reply(name: str, rid: str, tr: TraceRequest, turn: Turn, solution: Solution,
+                      usage: CompletionUsage) -> Completion:
     trace = solution.trace
-    choice = CompletionChoice(index=0, text=cut_at_stop(trace.text, tr.stop), finish_reason=_finish_reason(trace))
+    choice = CompletionChoice(index=0, text=cut_at_stop(trace.text, tr.stop), finish_reason=finish_reason(trace))
     return Completion(id=rid, object="text_completion", created=int(time.time()), model=name, choices=[choice],
                       usage=usage, stepspec=solution.stats)
 
 
-async def _solved(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest,
-                  rid: str) -> tuple[Solution, int]:
+async def _solved(served: Served, request: Request, reasoner: Reasoner, turn: Turn, rid: str) -> Solution:
     """Solve, watching the client: one that disconnects cancels the trace (and its engine
     requests)."""
     served.admit()
-    task = asyncio.ensure_future(_solve(reasoner, tr.question, rid))
+    task = asyncio.ensure_future(_solve(reasoner, turn, rid))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=served.settings.disconnect_poll_s)
@@ -356,19 +325,19 @@ async def _solved(served: Served, request: Request, reasoner: Reasoner, tr: Trac
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         served.release()
-    return solution, await _prompt_tokens(reasoner, tr.question)
+    return solution
 
 
 _DONE = object()
 
 
-def _streamed(served: Served, request: Request, reasoner: Reasoner, tr: TraceRequest, rid: str,
+def _streamed(served: Served, request: Request, reasoner: Reasoner, turn: Turn, rid: str,
               render: Callable[[AsyncIterator[StepRecord], asyncio.Task], AsyncIterator[str]]) -> StreamingResponse:
     """An SSE response: ``render`` turns the trace's records (from a queue) into events.
     The trace runs as a task; a client that goes away cancels the stream, which cancels it."""
     served.admit()
     queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.ensure_future(_solve(reasoner, tr.question, rid, queue.put_nowait))
+    task = asyncio.ensure_future(_solve(reasoner, turn, rid, queue.put_nowait))
     task.add_done_callback(lambda _: (served.release(), queue.put_nowait(_DONE)))
 
     async def events() -> AsyncIterator[str]:
@@ -421,7 +390,7 @@ def _error_event(e: Exception) -> str:
     return _sse(error.body()) + "data: [DONE]\n\n"
 
 
-def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
+def _chat_chunks(name: str, rid: str, tr: TraceRequest, turn: Turn, delimiter: str, prompt_tokens: int):
     created = int(time.time())
 
     def chunk(delta: ChoiceDelta, finish: str | None = None, **extra: Any) -> str:
@@ -430,9 +399,9 @@ def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
 
     async def render(records: AsyncIterator[StepRecord], task: asyncio.Task) -> AsyncIterator[str]:
         yield chunk(ChoiceDelta(role="assistant", content=""))
-        held = HeldStep(reasoner.rules.delimiter)
+        held = HeldStep(delimiter)
         async for record in records:
-            if (text := held.push(record)) is not None:
+            if (text := held.push(record)) is not None and turn.streams_reasoning:
                 yield chunk(ChoiceDelta(reasoning_content=text))
         try:
             solution = task.result()
@@ -440,18 +409,27 @@ def _chat_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
             yield _error_event(e)
             return
         trace = solution.trace
-        yield chunk(ChoiceDelta(content=cut_at_stop(held.answer(), tr.stop)), _finish_reason(trace),
-                    stepspec=solution.stats)
+        said = turn.reply(trace, tr.stop)
+        if said.content:
+            yield chunk(ChoiceDelta(content=said.content))
+        for i, call in enumerate(said.calls):  # OpenAI's deltas: index, id and name, then the arguments in pieces
+            yield chunk(ChoiceDelta(tool_calls=[ChoiceDeltaToolCall(
+                index=i, id=call.id, type="function", function=ChoiceDeltaToolCallFunction(name=call.name,
+                                                                                           arguments=""))]))
+            arguments = call.openai()["function"]["arguments"]
+            for k in range(0, len(arguments), ARGUMENT_PIECE):
+                yield chunk(ChoiceDelta(tool_calls=[ChoiceDeltaToolCall(
+                    index=i, function=ChoiceDeltaToolCallFunction(arguments=arguments[k:k + ARGUMENT_PIECE]))]))
+        yield chunk(ChoiceDelta(), said.finish_reason, stepspec=said.stats(solution.stats))
         if tr.include_usage:
-            usage = _usage(await _prompt_tokens(reasoner, tr.question), trace)
             yield _sse(ChatCompletionChunk(id=rid, object="chat.completion.chunk", created=created, model=name,
-                                           choices=[], usage=usage))
+                                           choices=[], usage=_usage(prompt_tokens, trace)))
         yield "data: [DONE]\n\n"
 
     return render
 
 
-def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner):
+def _completion_chunks(name: str, rid: str, tr: TraceRequest, turn: Turn, delimiter: str, prompt_tokens: int):
     created = int(time.time())
 
     def chunk(text: str, finish: str | None = None, **extra: Any) -> str:
@@ -464,7 +442,7 @@ def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner
         written, sent, after = "", "", ""  # the trace's text so far, what went out, the delimiter owed
         async for record in records:
             written += after + record.text
-            after = reasoner.rules.delimiter if record.complete else ""
+            after = delimiter if record.complete else ""
             cut = cut_at_stop(written, tr.stop)
             if piece := cut[len(sent):]:
                 sent = cut
@@ -475,8 +453,8 @@ def _completion_chunks(name: str, rid: str, tr: TraceRequest, reasoner: Reasoner
             yield _error_event(e)
             return
         trace = solution.trace
-        usage = _usage(await _prompt_tokens(reasoner, tr.question), trace) if tr.include_usage else None
-        yield chunk("", _finish_reason(trace), stepspec=solution.stats, usage=usage)
+        usage = _usage(prompt_tokens, trace) if tr.include_usage else None
+        yield chunk("", finish_reason(trace), stepspec=solution.stats, usage=usage)
         yield "data: [DONE]\n\n"
 
     return render

@@ -11,6 +11,9 @@ refuses the rest by name, with a 400 (:class:`RequestError`):
 * ``seed``: the seed option of the strategies that sample; greedy ones are deterministic.
 * ``stop``: the answer is cut at the first stop string.
 * ``n``: 1. ``stream``, ``stream_options.include_usage``; ``user`` is accepted and unused.
+* ``tools``, ``tool_choice``, ``parallel_tool_calls``: tool calling (:class:`ToolRequest`);
+  the conversation may hold an assistant's ``tool_calls`` and ``tool`` messages answering
+  them by ``tool_call_id``, and may end with them.
 * ``stepspec`` (the openai SDK's ``extra_body={"stepspec": {...}}``): the strategy, its
   options, the judge and its options, the budget (:class:`StepspecOptions`), checked by
   the same declarations every entry point uses.
@@ -31,11 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.names import did_you_mean
 from common.options import explain
-from orchestrator.prompts import Chat
+from orchestrator.prompts import ANSWERABLE_ROLES, Chat, RawPrompt
+from workflows.agents.toolcalls import ToolCallError, check_tools
 
 # The OpenAI parameters a trace gives a meaning to (the rest: a 400 naming them).
 CHAT_PARAMETERS = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-                   "temperature", "stop", "seed", "n", "user"}
+                   "temperature", "stop", "seed", "n", "user", "tools", "tool_choice", "parallel_tool_calls"}
 COMPLETION_PARAMETERS = {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "stop", "seed",
                          "n", "user"}
 EXTENSION = "stepspec"
@@ -70,13 +74,25 @@ class StepspecOptions(BaseModel):
 
 
 @dataclass(frozen=True)
+class ToolRequest:
+    """A request's tools (OpenAI function schemas, checked), ``tool_choice`` ("auto",
+    "none", "required" or a function's name) and ``parallel_tool_calls``."""
+
+    tools: tuple[dict[str, Any], ...]
+    choice: str = "auto"
+    parallel: bool = True
+
+
+@dataclass(frozen=True)
 class TraceRequest:
-    """A checked request: the question (a :class:`Chat` for a conversation), and what the
-    trace does differently from the served reasoner."""
+    """A checked request: the question (a :class:`Chat` for a conversation, a
+    :class:`RawPrompt` for a completion), and what the trace does differently from the
+    served reasoner. ``tools``: the request's tool calling, None without tools."""
 
     kind: Literal["chat", "completion"]
     model: str | None
     question: str
+    tools: ToolRequest | None = None
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
@@ -145,19 +161,95 @@ def parse_chat(body: Mapping[str, Any]) -> TraceRequest:
         raise RequestError(400, "'messages' is required: the conversation to answer, e.g. "
                                 '[{"role": "user", "content": "What is 12 * 13?"}]', "messages")
     _refuse_unsupported(body, CHAT_PARAMETERS, set(ChatCompletionRequest.model_fields))
+    tools = _tools(body)  # before vLLM's checks: these name the tool and the fix
     try:
         request = ChatCompletionRequest.model_validate({k: v for k, v in body.items() if k != EXTENSION})
     except ValidationError as e:
         raise _refused(ChatCompletionRequest, e, "the request body") from None
-    messages = [{"role": m["role"], "content": _text(m.get("content"), i)} for i, m in enumerate(body["messages"])]
-    if not messages or messages[-1]["role"] != "user":
-        raise RequestError(400, "the last message must be the user's: the trace is the assistant's answer to it",
-                           "messages")
-    if not messages[-1]["content"].strip():
+    messages = _messages(body["messages"])
+    if not messages or messages[-1]["role"] not in ANSWERABLE_ROLES:
+        raise RequestError(400, "the last message must be the user's (or a tool's result): the trace is the "
+                                "assistant's answer to it", "messages")
+    users = [m for m in messages if m["role"] == "user"]
+    if not users or not users[-1]["content"].strip():
         raise RequestError(400, "the last user message is empty; give the problem to reason about", "messages")
-    question = Chat(messages[-1]["content"], messages) if len(messages) > 1 else messages[0]["content"]
+    if len(messages) > 1 or tools is not None:
+        question = Chat(users[-1]["content"], messages)
+    else:
+        question = messages[0]["content"]
     tokens = request.max_completion_tokens or body.get("max_tokens")  # (validated; vLLM deprecates reading it)
-    return TraceRequest("chat", question=question, max_tokens=tokens, **_common(body, request))
+    return TraceRequest("chat", question=question, max_tokens=tokens, tools=tools, **_common(body, request))
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _messages(raw: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as the template reads it: text contents; an assistant's
+    ``tool_calls`` with ``arguments`` as objects; each ``tool`` message answering a call
+    made before it (by ``tool_call_id``)."""
+    out: list[dict[str, Any]] = []
+    called: set[str] = set()
+    for i, m in enumerate(raw):
+        role = m["role"]
+        if role not in ROLES:
+            raise RequestError(400, f"messages[{i}].role: '{role}' is not a chat role ({', '.join(ROLES)})",
+                               "messages")
+        message: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                                   "content": "" if role == "assistant" and m.get("content") is None
+                                   else _text(m.get("content"), i)}
+        if role == "assistant" and m.get("tool_calls"):
+            message["tool_calls"] = [_history_call(c, i, j) for j, c in enumerate(m["tool_calls"])]
+            called |= {c["id"] for c in message["tool_calls"]}
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if call_id not in called:
+                raise RequestError(400, f"messages[{i}]: a tool message answers tool_call_id {call_id!r}, and no "
+                                        "assistant message before it made that call; send the assistant's message "
+                                        "with its tool_calls first, and answer each call by its id", "messages")
+            message["tool_call_id"] = call_id
+        out.append(message)
+    return out
+
+
+def _history_call(call: Mapping[str, Any], i: int, j: int) -> dict[str, Any]:
+    """An assistant's earlier call, ``arguments`` parsed (the template reads an object)."""
+    where = f"messages[{i}].tool_calls[{j}]"
+    function = call.get("function") or {}
+    arguments = function.get("arguments") or "{}"
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"{where}.function.arguments is not JSON ({e}); send the call's arguments as the "
+                                "JSON object the tool got", "messages") from None
+    if not isinstance(parsed, dict):
+        raise RequestError(400, f"{where}.function.arguments must be a JSON object, got {arguments!r}", "messages")
+    return {"id": call.get("id"), "type": "function", "function": {"name": function.get("name"), "arguments": parsed}}
+
+
+def _tools(body: Mapping[str, Any]) -> ToolRequest | None:
+    """The request's tool calling, checked: tools are function schemas with unique names,
+    ``tool_choice`` names one of them."""
+    if not body.get("tools"):
+        if body.get("tool_choice") not in (None, "none", "auto"):
+            raise RequestError(400, f"tool_choice {body['tool_choice']!r} needs tools; declare them in 'tools'",
+                               "tool_choice")
+        return None
+    if not isinstance(body["tools"], list):
+        raise RequestError(400, "'tools' must be a list of function schemas", "tools")
+    try:
+        tools = check_tools(body["tools"])
+    except ToolCallError as e:
+        raise RequestError(400, str(e), "tools") from None
+    choice = body.get("tool_choice") or "auto"
+    if isinstance(choice, Mapping):
+        choice = (choice.get("function") or {}).get("name")
+    names = [t["function"]["name"] for t in tools]
+    if choice not in ("auto", "none", "required") and choice not in names:
+        raise RequestError(400, f"tool_choice names function {choice!r}, which is not among the tools (declared: "
+                                f"{', '.join(names)}).{did_you_mean(str(choice), names)}", "tool_choice")
+    parallel = body.get("parallel_tool_calls")
+    return ToolRequest(tuple(tools), choice, True if parallel is None else bool(parallel))
 
 
 def _text(content: Any, index: int) -> str:
@@ -171,7 +263,8 @@ def _text(content: Any, index: int) -> str:
 
 
 def parse_completion(body: Mapping[str, Any]) -> TraceRequest:
-    """A ``/v1/completions`` body: ``prompt`` is the question (one string)."""
+    """A ``/v1/completions`` body: ``prompt`` (one string) is continued as given, as vLLM's
+    server does: no chat template wraps it."""
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
     prompt = body.get("prompt")
@@ -185,4 +278,5 @@ def parse_completion(body: Mapping[str, Any]) -> TraceRequest:
                                                     "prompt": prompt})
     except ValidationError as e:
         raise _refused(CompletionRequest, e, "the request body") from None
-    return TraceRequest("completion", question=prompt, max_tokens=request.max_tokens, **_common(body, request))
+    return TraceRequest("completion", question=RawPrompt(prompt), max_tokens=request.max_tokens,
+                        **_common(body, request))

@@ -6,6 +6,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflows.agents.toolcalls import DEFAULT_TOOL_CALL_PARSER
+
 
 class ServeSettings(BaseModel):
     """Where the server listens and how it admits requests (``stepspec serve``'s flags)."""
@@ -19,6 +21,9 @@ class ServeSettings(BaseModel):
     max_concurrency: int = Field(64, ge=1, description="Traces in flight at once; beyond it a 429 with Retry-After.")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted (413 beyond).")
     retry_after_s: int = Field(2, ge=1, description="Seconds a 429 asks the client to wait.")
+    tool_call_parser: str = Field(DEFAULT_TOOL_CALL_PARSER, description="How a served model's tool calls are read: "
+                                  "a name in vLLM's tool-parser registry (hermes, mistral, ...; hermes_json: hermes "
+                                  "tags or fenced JSON blocks, as the bundled pair writes them).")
     disconnect_poll_s: float = Field(0.25, gt=0, description="How often a non-streaming request checks that its "
                                      "client is still there.")
 

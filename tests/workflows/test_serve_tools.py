@@ -1,0 +1,218 @@
+"""Tool calling through `stepspec serve`: the openai SDK and the OpenAI Agents SDK with tools,
+over real HTTP, on scripted engines whose template renders tools. Calls are read by vLLM's
+tool-parser registry (``hermes_json``, registered by stepspec); marked ``vllm`` for that."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from fake_engine import ScriptedEngine
+from openai_server import sdk_client, serving
+from scripted import FixedJudge
+
+pytestmark = pytest.mark.vllm
+
+
+def function(name: str, description: str, **properties: str) -> dict:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": {k: {"type": t} for k, t in properties.items()},
+                       "required": list(properties)}}}
+
+
+MULTIPLY = function("multiply", "Multiply two integers.", a="integer", b="integer")
+ADD = function("add", "Add two integers.", a="integer", b="integer")
+TOOLS = [MULTIPLY, ADD]
+Q = "A shop has 12 boxes of 13 apples. How many apples?"
+
+
+def fenced(name: str, **arguments) -> str:
+    """A call as the bundled pair writes it: a fenced JSON block."""
+    return f'```json\n{json.dumps({"name": name, "arguments": arguments})}\n```'
+
+
+def agent_script(*turns: tuple[str, ...], **kwargs) -> ScriptedEngine:
+    """An engine whose template renders tools, writing ``turns[k]``'s steps after k tool results."""
+
+    def continuation(prompt: str) -> str:
+        steps = turns[min(prompt.count("<|tool|>"), len(turns) - 1)]
+        n = prompt.split("<|assistant|>")[-1].count("\n\n")
+        return steps[min(n, len(steps) - 1)]
+
+    return ScriptedEngine(continuation=continuation, renders_tools=True, **kwargs)
+
+
+CALLING = ("I multiply the boxes by the apples in each.\n\n", fenced("multiply", a=12, b=13))
+ANSWERING = ("So the shop has \\boxed{156} apples.",)
+
+
+def reasoner(draft_turns=(CALLING, ANSWERING), target_turns=(CALLING, ANSWERING), strategy="specreason", **kwargs):
+    from orchestrator.reasoner import Reasoner
+
+    target = agent_script(*target_turns, **kwargs)
+    if strategy == "target-only":
+        return Reasoner(target, strategy="target-only")
+    return Reasoner(target, agent_script(*draft_turns), strategy=strategy, judge=FixedJudge(True),
+                    first_target_steps=0)
+
+
+def ask(url: str, **body):
+    return httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+        "model": "stepspec", "messages": [{"role": "user", "content": Q}], "tools": TOOLS, **body})
+
+
+def test_the_openai_sdk_gets_a_drafted_call_as_tool_calls_streamed_or_not():
+    served = reasoner()
+    with serving({"stepspec": served}) as url:
+        sdk = sdk_client(url)
+        reply = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}], tools=TOOLS)
+        choice = reply.choices[0]
+        (call,) = choice.message.tool_calls
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert call.function.name == "multiply" and json.loads(call.function.arguments) == {"a": 12, "b": 13}
+        assert call.id.startswith("call_") and call.type == "function"
+        assert choice.message.model_extra["reasoning_content"] == CALLING[0]
+        stats = reply.model_extra["stepspec"]
+        assert stats["stop_reason"] == "action"
+        assert stats["tool_call_steps"] == {"steps": 1, "drafted": 1, "kept": 1, "cut": 0}
+        # the template rendered the tools, and the trace continued it
+        assert '<|tools|>["multiply", "add"]' in served.draft.prompts[0]
+
+        chunks = list(sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}],
+                                                  tools=TOOLS, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join(d.model_extra.get("reasoning_content") or "" for d in deltas) == CALLING[0]
+        pieces = [t for d in deltas for t in d.tool_calls or ()]
+        assert pieces[0].index == 0 and pieces[0].id.startswith("call_") and pieces[0].function.name == "multiply"
+        assert len(pieces) > 2 and all(p.index == 0 and p.id is None for p in pieces[1:])  # arguments in pieces
+        assert json.loads("".join(p.function.arguments for p in pieces)) == {"a": 12, "b": 13}
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+def test_a_conversation_ending_with_the_tools_result_is_answered_and_the_call_is_rendered():
+    served = reasoner()
+    history = [{"role": "user", "content": Q},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1", "type": "function",
+                    "function": {"name": "multiply", "arguments": '{"a": 12, "b": 13}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "156"}]
+    with serving({"stepspec": served}) as url:
+        reply = sdk_client(url).chat.completions.create(model="stepspec", messages=history, tools=TOOLS)
+    assert reply.choices[0].message.content == ANSWERING[0] and reply.choices[0].finish_reason == "stop"
+    assert not reply.choices[0].message.tool_calls
+    prompt = served.draft.prompts[0]
+    assert '<tool_call>{"name": "multiply", "arguments": {"a": 12, "b": 13}}</tool_call>' in prompt
+    assert prompt.endswith("<|tool|>156\n<|assistant|>")
+
+
+def test_a_drafted_call_that_breaks_its_schema_is_rejected_and_the_target_writes_the_step():
+    bad = ("I multiply.\n\n", fenced("multiply", a=12))  # b is missing
+    served = reasoner(draft_turns=(bad, ANSWERING))
+    with serving({"stepspec": served}) as url:
+        reply = ask(url).json()
+    (call,) = reply["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"a": 12, "b": 13}  # the target's call
+    assert reply["stepspec"]["tool_call_steps"] == {"steps": 1, "drafted": 1, "kept": 0, "cut": 1}
+
+
+def test_an_invalid_call_the_target_writes_is_returned_as_text_with_its_problem():
+    wrong = (fenced("divide", a=12, b=13),)
+    with serving({"stepspec": reasoner(target_turns=(wrong,), strategy="target-only")}) as url:
+        reply = ask(url).json()
+    choice = reply["choices"][0]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == wrong[0]
+    assert "'divide' is not a declared tool" in reply["stepspec"]["tool_call_problems"][0]
+
+
+def test_a_named_tool_choice_forces_the_call_its_opening_prefilled():
+    rest = ('{"a": 12, "b": 13}}\n```',)
+    served = reasoner(target_turns=(rest,), strategy="target-only")
+    with serving({"stepspec": served}) as url:
+        reply = ask(url, tool_choice={"type": "function", "function": {"name": "multiply"}}).json()
+        none = ask(url, tool_choice="none").json()
+    (call,) = reply["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "multiply" and reply["choices"][0]["finish_reason"] == "tool_calls"
+    assert served.target.prompts[0].endswith('<|assistant|>```json\n{"name": "multiply", "arguments": ')
+    assert '["multiply"]' in served.target.prompts[0]  # only the named tool is rendered
+    # tool_choice none: no tools rendered, no call read
+    assert none["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in none["choices"][0]["message"]
+    assert "<|tools|>" not in served.target.prompts[-1]
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"tools": [function("multiply", "x", a="integer"), function("multiply", "y", b="integer")]},
+     "two tools are named 'multiply'"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": 5}}}]},
+     "tools[0].function.parameters: not a JSON schema"),
+    ({"tool_choice": {"type": "function", "function": {"name": "multiplyy"}}},
+     "tool_choice names function 'multiplyy', which is not among the tools (declared: multiply, add). Did you mean "
+     "'multiply'?"),
+    ({"messages": [{"role": "user", "content": Q}, {"role": "tool", "tool_call_id": "call_9", "content": "1"}]},
+     "answers tool_call_id 'call_9', and no assistant message before it made that call"),
+    ({"max_tokens": 1_000_000_000}, "max_tokens=1000000000 does not fit: this model's context is 4096 tokens"),
+    ({"tools": {"multiply": MULTIPLY}}, "'tools' must be a list of function schemas"),
+])
+def test_bad_tool_requests_are_400s_naming_the_problem_and_the_server_goes_on(change, says):
+    with serving({"stepspec": reasoner(max_model_len=4096)}) as url:
+        refused = ask(url, **change)
+        assert refused.status_code == 400, refused.text
+        assert says in refused.json()["error"]["message"]
+        assert ask(url).json()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_an_unknown_tool_call_parser_fails_when_the_server_is_built():
+    from workflows.agents.toolcalls import ToolCallError
+    from workflows.serve.app import build_app
+    from workflows.serve.settings import ServeSettings
+
+    with pytest.raises(ToolCallError, match="unknown tool-call parser 'hermez'. Did you mean 'hermes'"):
+        build_app({"stepspec": reasoner()}, ServeSettings(tool_call_parser="hermez"))
+
+
+def test_completions_continue_the_prompt_as_given_without_a_chat_template():
+    served = reasoner(target_turns=((" 4",),), strategy="target-only")
+    with serving({"stepspec": served}) as url:
+        reply = httpx.post(f"{url}/v1/completions", timeout=60,
+                           json={"model": "stepspec", "prompt": "Question: 2 + 2\nAnswer:"})
+    assert served.target.prompts[0] == "Question: 2 + 2\nAnswer:"
+    assert reply.json()["choices"][0]["text"] == " 4"
+
+
+def test_an_openai_agents_sdk_agent_completes_a_two_tool_task_against_stepspec_serve():
+    """The OpenAI Agents SDK's own loop: it sends the tools, runs each call the model makes
+    and sends the result back, until the model answers."""
+    agents = pytest.importorskip("agents")
+    turns = (CALLING, ("Now I add the 7 apples of the last delivery.\n\n", fenced("add", a=156, b=7)),
+             ("The shop has \\boxed{163} apples.",))
+    called = []
+
+    @agents.function_tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        called.append(("multiply", a, b))
+        return a * b
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        called.append(("add", a, b))
+        return a + b
+
+    async def run(url: str):
+        from openai import AsyncOpenAI
+
+        agents.set_tracing_disabled(True)
+        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        agent = agents.Agent(name="shop", instructions="Use the tools for every calculation.", tools=[multiply, add],
+                             model=agents.OpenAIChatCompletionsModel(model="stepspec", openai_client=client))
+        return await agents.Runner.run(agent, Q + " Then 7 more arrive.", max_turns=6)
+
+    with serving({"stepspec": reasoner(draft_turns=turns, target_turns=turns)}) as url:
+        result = asyncio.run(run(url))
+    assert called == [("multiply", 12, 13), ("add", 156, 7)]
+    assert "\\boxed{163}" in result.final_output

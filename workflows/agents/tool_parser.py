@@ -1,0 +1,77 @@
+"""``hermes_json``: vLLM's ``hermes`` tool parser, which also reads calls written as fenced JSON.
+
+Qwen2.5's chat template renders the tools and asks for ``<tool_call>{...}</tool_call>``
+tags (what ``hermes`` reads). The bundled Qwen2.5-Coder pair instead answers with a
+fenced code block holding the same object::
+
+    ```json
+    {"name": "multiply", "arguments": {"a": 1234, "b": 5678}}
+    ```
+
+This parser reads the tags first (``hermes`` itself); where there are none, each fenced
+block whose JSON is a call, or a list of calls, is one (``"arguments"``, or
+``"parameters"`` as some models write it); with no fenced block, a text that is all one
+JSON call (the 0.5B sometimes drops the fence). The text before the first call is the
+content. Registered in vLLM's tool-parser registry (:func:`workflows.agents.toolcalls.parser_class`)
+under ``hermes_json``, so ``--tool-call-parser hermes_json`` picks it as any vLLM parser.
+
+Worked example: ``"I'll multiply them.\\n\\n```json\\n{\\"name\\": \\"multiply\\", \\"arguments\\":
+{\\"a\\": 2, \\"b\\": 3}}\\n```"`` gives one call, ``multiply`` with ``{"a": 2, "b": 3}``, and
+the content ``"I'll multiply them."``.
+
+Imports vLLM: loaded only when a request has tools.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from vllm.entrypoints.generate.base.protocol import ExtractedToolCallInformation, FunctionCall, ToolCall
+from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+
+# A fenced code block (```json or bare ```), its body in group 1.
+FENCED = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+class HermesJsonToolParser(Hermes2ProToolParser):
+    """``hermes``, and fenced JSON blocks where no ``<tool_call>`` tag is written."""
+
+    # Where a call begins in a model's text: a tag, a fence opening a JSON call, or a line
+    # opening one bare.
+    call_start = r'(?m)<tool_call>|```(?:json|JSON)?\s*[\[{]\s*"name"|^\s*[\[{]\s*"name"\s*:'
+
+    def extract_tool_calls(self, model_output, request) -> ExtractedToolCallInformation:
+        tagged = super().extract_tool_calls(model_output, request)
+        if tagged.tools_called:
+            return tagged
+        calls, first = [], None
+        blocks = [(b.start(), b.group(1)) for b in FENCED.finditer(model_output)] or [(0, model_output)]
+        for start, body in blocks:  # fenced blocks, or else the whole text as one bare JSON call
+            try:
+                value = json.loads(body)
+            except json.JSONDecodeError:
+                continue
+            found = [call for item in (value if isinstance(value, list) else [value]) if (call := _call(item))]
+            if found:
+                calls += found
+                first = start if first is None else first
+        if not calls:
+            return tagged
+        content = model_output[:first].strip()
+        return ExtractedToolCallInformation(tools_called=True, tool_calls=calls, content=content or None)
+
+
+def _call(item: object) -> ToolCall | None:
+    """A call from ``{"name": ..., "arguments": {...}}`` (or ``"parameters"``), else None."""
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        return None
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return ToolCall(function=FunctionCall(name=item["name"], arguments=json.dumps(arguments, ensure_ascii=False)))
