@@ -126,7 +126,7 @@ class MCPServer:
                         pending.set_result(await session.call_tool(tool, arguments))
                     except Exception as e:  # the call's failure goes to its caller
                         if not pending.done():
-                            pending.set_exception(e)
+                            pending.set_exception(MCPServerError(f"MCP server '{self.name}': {type(e).__name__}: {e}"))
                     pending = None
         except Exception as e:  # the server could not start, or died: every caller hears why
             self._died = f"it stopped: {type(e).__name__}: {e}{self._last_words()}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -16,16 +17,21 @@ from workflows.cli.common import VERBOSE, app, console, err_console, run_cancell
 def validate(path: str = typer.Argument(..., help="A workflow YAML file.")) -> None:
     """Check a workflow file without loading any model: syntax, duplicate keys, unknown keys,
     every name it uses (engines, models, strategies, judges, routers and their options, tools),
-    references and cycles; errors name the YAML line and the closest valid name."""
-    from workflows.flows.runner import check_workflow
+    references and cycles; errors name the YAML line and the closest valid name. Each MCP
+    server is started, its tools listed, and stopped."""
+    from workflows.flows.runner import check_workflow, list_mcp_tools
     from workflows.flows.spec import load_workflow
 
     w = load_workflow(path)
     notes = check_workflow(w, check_env=False)
+    listed = asyncio.run(list_mcp_tools(w))  # each MCP server started, listed and stopped
     s = w.spec
     nodes = len(s.workflow.nodes) if s.workflow else 0
     console.print(f"{path}: valid ({len(s.engines)} engines, {len(s.reasoners)} reasoners, {len(s.tools)} tools, "
-                  f"{len(s.agents)} agents, {nodes} workflow nodes)", highlight=False)
+                  f"{len(s.mcp_servers)} MCP servers, {len(s.agents)} agents, {nodes} workflow nodes)",
+                  highlight=False)
+    for server, tools in listed.items():
+        console.print(f"MCP server {server}: {', '.join(t.name for t in tools) or 'no tools'}", highlight=False)
     for note in notes:
         console.print(f"[yellow]note[/]: {note}", highlight=False)
 

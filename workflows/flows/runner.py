@@ -62,6 +62,7 @@ from workflows.flows.spec import (
     node_references,
     references,
 )
+from workflows.agents.mcp import MCPServer, MCPServerError
 from workflows.agents.tools import Tool, load_tool
 
 
@@ -166,6 +167,28 @@ def _reasoner_error_place(w: LoadedWorkflow, name: str, r: ReasonerSpec, e: Exce
     return w.where(*at)
 
 
+def mcp_servers(w: LoadedWorkflow) -> dict[str, MCPServer]:
+    """The file's MCP servers, not yet started (a relative ``cwd`` is the YAML file's)."""
+    base = Path(w.path).parent
+    return {name: MCPServer(name, m.command, env=m.env, cwd=str(base / m.cwd) if m.cwd else None,
+                            side_effect_free=m.side_effect_free, **({"timeout": m.timeout} if m.timeout else {}))
+            for name, m in w.spec.mcp_servers.items()}
+
+
+async def list_mcp_tools(w: LoadedWorkflow) -> dict[str, list[Tool]]:
+    """Each MCP server's tools: the server started, listed and stopped (``stepspec validate``);
+    one that cannot start is a :class:`WorkflowError` at its place in the file."""
+    listed = {}
+    for name, server in mcp_servers(w).items():
+        try:
+            listed[name] = await server.start()
+        except MCPServerError as e:
+            raise WorkflowError(f"{w.where('mcp_servers', name)}: {e}") from None
+        finally:
+            await server.close()
+    return listed
+
+
 def load_tools(w: LoadedWorkflow) -> dict[str, Tool]:
     """Each tool of the file, imported (from its allowed module only); a function the module
     does not hold is an error with the closest name it does."""
@@ -224,13 +247,27 @@ class WorkflowRun:
             except (ValueError, TypeError) as e:
                 raise WorkflowError(f"{_reasoner_error_place(w, name, r, e)}: reasoner '{name}': {e}") from None
         self.tools: dict[str, Tool] = load_tools(w)
-        self.agents = {name: Agent(self.reasoners[a.reasoner], [self.tools[t] for t in a.tools],
-                                   system_prompt=a.system_prompt, max_iterations=a.max_iterations,
-                                   speculative_tools=a.speculative_tools,
-                                   demonstration=[t.model_dump() for t in a.demonstration])
-                       for name, a in s.agents.items()}
+        self.mcp_servers = mcp_servers(w)
+        self.agents: dict[str, Agent] = {}  # built once their MCP servers list their tools (open)
+
+    async def open(self) -> None:
+        """Start the MCP servers (their tools become the agents'), then build the agents."""
+        for name, server in self.mcp_servers.items():
+            try:
+                await server.start()
+            except MCPServerError as e:
+                raise WorkflowError(f"{self.w.where('mcp_servers', name)}: {e}") from None
+        for name, a in self.w.spec.agents.items():
+            tools = [t for ref in a.tools for t in (self.mcp_servers[ref].tools if ref in self.mcp_servers
+                                                    else [self.tools[ref]])]
+            self.agents[name] = Agent(self.reasoners[a.reasoner], tools, system_prompt=a.system_prompt,
+                                      max_iterations=a.max_iterations, speculative_tools=a.speculative_tools,
+                                      demonstration=[t.message() for t in a.demonstration],
+                                      tool_format=a.tool_format)
 
     async def close(self) -> None:
+        for server in self.mcp_servers.values():
+            await server.close()
         for e in self.engines.values():
             await e.close()
 
@@ -298,6 +335,7 @@ class WorkflowRun:
             if any(r.status != NodeStatus.DONE for r in records.values()):  # a finished record starts nothing
                 for e in self.engines.values():
                     await e.start()
+            await self.open()
             await asyncio.gather(*(node_task(n) for n in g.nodes))
         except (KeyboardInterrupt, asyncio.CancelledError):
             snapshot(RunStatus.INTERRUPTED)

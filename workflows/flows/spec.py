@@ -91,14 +91,48 @@ class ToolSpec(_Strict):
         return v
 
 
+class MCPServerSpec(_Strict):
+    """A stdio MCP server stepspec starts and stops; its tools are tools like any other."""
+
+    command: list[str] = Field(min_length=1, description="The program and its arguments, e.g. [python, server.py].")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables added for the server.")
+    cwd: str | None = Field(None, description="Its working directory (relative to the YAML file).")
+    side_effect_free: list[str] = Field(default_factory=list, description="Tools that may run speculatively "
+                                        "(beside those the server marks read-only).")
+    timeout: float | None = Field(None, gt=0, description="Seconds per call (default 10).")
+
+
+class DemoCall(_Strict):
+    """A call in a demonstration's assistant turn (template tool format)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class DemoTurn(_Strict):
-    role: Literal["user", "assistant"]
-    content: str
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[DemoCall] = Field(default_factory=list, description="An assistant's calls (template format).")
+    tool_call_id: str | None = Field(None, description="The call a tool turn answers.")
+
+    def message(self) -> dict[str, Any]:
+        """As a chat message the template reads."""
+        m: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            m["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                               for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            m["tool_call_id"] = self.tool_call_id
+        return m
 
 
 class AgentSpec(_Strict):
     reasoner: str
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list, description="Names of tools, or of MCP servers (all their tools).")
+    tool_format: Literal["auto", "template", "text"] = Field(
+        "auto", description="template: the model's own tool format (its chat template renders the tools); text: "
+        "Action: lines; auto: template where the model's template renders tools.")
     system_prompt: str | None = None
     max_iterations: int = Field(8, ge=1)
     speculative_tools: bool = Field(True, description="Run side-effect-free tools as soon as the draft calls them.")
@@ -174,6 +208,8 @@ class WorkflowFile(_Strict):
     reasoners: dict[str, ReasonerSpec] = Field(default_factory=dict)
     allowed_modules: list[str] = Field(default_factory=list, description="Modules tools may come from.")
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    mcp_servers: dict[str, MCPServerSpec] = Field(default_factory=dict, description="MCP stdio servers; an "
+                                                   "agent's tools may name one (all its tools).")
     agents: dict[str, AgentSpec] = Field(default_factory=dict)
     workflow: WorkflowGraph | None = None
 
@@ -427,10 +463,14 @@ def check_references(w: LoadedWorkflow) -> None:
             raise WorkflowError(
                 f"{w.where('tools', name, 'function')}: tool '{name}' comes from module '{module}', which is not in "
                 f"allowed_modules ({', '.join(s.allowed_modules) or 'none listed'}); list it there if you trust it")
+    for name in s.mcp_servers:
+        if name in s.tools:
+            raise WorkflowError(f"{w.where('mcp_servers', name)}: '{name}' names both a tool and an MCP server; "
+                                "rename one (an agent's tools list names either)")
     for name, a in s.agents.items():
         known("reasoner", a.reasoner, s.reasoners, "agents", name, "reasoner")
         for i, tool in enumerate(a.tools):
-            known("tool", tool, s.tools, "agents", name, "tools", i)
+            known("tool or MCP server", tool, {**s.tools, **s.mcp_servers}, "agents", name, "tools", i)
     if s.workflow is None:
         return
     g = s.workflow
