@@ -102,7 +102,8 @@ def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
 def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_openai_sdk(tmp_path):
     """The README's command, as a process: the openai SDK streams a GSM8K problem's steps as
     reasoning_content and its answer as content; a client that hangs up mid-stream frees
-    its trace; the server is stopped by its PID."""
+    its trace; an agent framework completes a tool-using task through it; the server is
+    stopped by its PID."""
     port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
@@ -134,8 +135,32 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
         while httpx.get(f"{url}/health", timeout=5).json()["in_flight"]:
             assert time.monotonic() < deadline, "the hung-up trace is still in flight"
             time.sleep(0.5)
+        agent_uses_the_tools_through_the_server(url)
     finally:
         stop_process(proc)  # the server and its engine processes
+
+
+def agent_uses_the_tools_through_the_server(url: str) -> None:
+    """The OpenAI Agents SDK's loop on the pair behind `stepspec serve`: the pair's call comes
+    back as tool_calls, the SDK runs the tool and sends its result, the pair answers with it."""
+    import agents
+    from openai import AsyncOpenAI
+
+    called = []
+
+    @agents.function_tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        called.append((a, b))
+        return a * b
+
+    agents.set_tracing_disabled(True)
+    model = agents.OpenAIChatCompletionsModel(
+        model="stepspec", openai_client=AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0))
+    agent = agents.Agent(name="math", tools=[multiply], model=model)
+    result = asyncio.run(agents.Runner.run(agent, "What is 1234 times 5678? Use the multiply tool.", max_turns=4))
+    assert called == [(1234, 5678)]
+    assert "7006652" in result.final_output.replace(",", "")
 
 
 # how far two cold solves of the same text may read apart in mean acceptance length (a few

@@ -1,0 +1,180 @@
+"""BFCL v4 against `stepspec serve`, one arm (strategy) at a time, paired against target-only.
+
+BFCL's own command line generates (``bfcl generate``) through the OpenAI tool API of a
+``stepspec serve`` started per arm (cold caches), and BFCL's own checker scores it
+(``bfcl evaluate --partial-eval``). ``bfcl-eval`` pins numpy 1.x, so it lives in a virtual
+environment of its own (``.venv-bfcl``, made here on first use), as a user would run it.
+BFCL's registry entry ``openbmb/MiniCPM-SALA-FC`` is a plain OpenAI chat-completions
+function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that name.
+
+    python benchmarks/bfcl_bench.py --out benchmarks/measured/bfcl_cpu \\
+        --categories simple_python,multiple,parallel --per-category 50
+
+Resumable: BFCL skips entries already in an arm's result files, so running the same
+command again continues where it stopped. Then ``--report`` alone rebuilds report.md from
+the files: per category and arm, BFCL's accuracy, the entries lost / gained / net against
+target-only on the same entries, and the median seconds per model call (BFCL's latency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv-bfcl"
+BFCL = "bfcl-eval==2026.3.23"
+MODEL = "openbmb/MiniCPM-SALA-FC"  # BFCL's registry: an OpenAI chat-completions FC client
+ARMS = ("target-only", "specreason", "draft-only")
+
+
+def ensure_bfcl() -> Path:
+    """``bfcl`` in its own virtual environment, installed once."""
+    bfcl = VENV / "bin" / "bfcl"
+    if not bfcl.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", BFCL], check=True)
+    return bfcl
+
+
+def category_ids(category: str, n: int) -> list[str]:
+    """The first ``n`` entry ids of a BFCL category, from the data its wheel ships."""
+    code = ("import json, sys; from bfcl_eval.utils import load_dataset_entry; "
+            "print(json.dumps([e['id'] for e in load_dataset_entry(sys.argv[1])][:int(sys.argv[2])]))")
+    out = subprocess.run([str(VENV / "bin" / "python"), "-c", code, category, str(n)], check=True,
+                         capture_output=True, text=True, env={**os.environ, "BFCL_PROJECT_ROOT": "/tmp/bfcl-ids"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
+    """``stepspec serve`` with ``arm``'s strategy, serving BFCL's model name, once healthy."""
+    cmd = [str(ROOT / ".venv" / "bin" / "stepspec"), "serve", "--strategy", arm, "--name", MODEL,
+           "--port", str(port)]
+    process = subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"stepspec serve ({arm}) exited with {process.returncode}; see {log}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(3)
+    stop(process)
+    raise RuntimeError(f"stepspec serve ({arm}) did not answer /health within 15 minutes; see {log}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
+    """Generate and score ``arm``'s entries (those not yet in its result files)."""
+    root = out / arm
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "test_case_ids_to_generate.json").write_text(json.dumps(ids, indent=1))
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(root), "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+           "OPENAI_API_KEY": "none"}
+    bfcl = str(ensure_bfcl())
+    server = serve(arm, port, out / f"serve-{arm}.log")
+    try:
+        subprocess.run([bfcl, "generate", "--model", MODEL, "--run-ids", "--temperature", "0", "--num-threads", "1"],
+                       env=env, check=True)
+    finally:
+        stop(server)
+    subprocess.run([bfcl, "evaluate", "--model", MODEL, "--test-category", ",".join(ids), "--partial-eval"],
+                   env=env, check=True)
+
+
+def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
+    """(each entry's correctness, each model call's seconds) of ``arm`` on ``category``."""
+    name = MODEL.replace("/", "_")
+    results = [json.loads(line) for path in (out / arm / "result" / name).rglob(f"*_{category}_result.json")
+               for line in path.read_text().splitlines() if line.strip()]
+    failed = set()
+    for path in (out / arm / "score" / name).rglob(f"*_{category}_score.json"):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        failed |= {e["id"] for e in lines[1:] if "id" in e}  # the first line is the summary
+    seconds = []
+    for r in results:
+        latency = r.get("latency")
+        seconds += [float(x) for x in _flat(latency)] if latency is not None else []
+    return {r["id"]: r["id"] not in failed for r in results}, seconds
+
+
+def _flat(value) -> list:
+    return [y for x in value for y in _flat(x)] if isinstance(value, list) else [value]
+
+
+def report(out: Path, categories: list[str], arms: list[str]) -> str:
+    """report.md: accuracy per category and arm, paired against target-only, seconds per call."""
+    lines = [f"# BFCL v4 against `stepspec serve`", "",
+             f"CPU: {cpu_model()}. Model name served: `{MODEL}`; BFCL's own generate and evaluate "
+             "(`--partial-eval`); one request at a time; each arm its own server (cold caches).", "",
+             "| category | arm | entries | accuracy | vs target-only: lost / gained / net loss | median s per call | "
+             "speed vs target-only |", "|---|---|---|---|---|---|---|"]
+    for category in categories:
+        base, base_s = read_arm(out, "target-only", category) if "target-only" in arms else ({}, [])
+        for arm in arms:
+            correct, seconds = read_arm(out, arm, category)
+            if not correct:
+                continue
+            n, right = len(correct), sum(correct.values())
+            paired = [i for i in correct if i in base]
+            lost = sum(base[i] and not correct[i] for i in paired)
+            gained = sum(correct[i] and not base[i] for i in paired)
+            med = statistics.median(seconds) if seconds else float("nan")
+            speed = statistics.median(base_s) / med if base_s and seconds else float("nan")
+            vs = "baseline" if arm == "target-only" else f"{lost} / {gained} / {lost - gained}"
+            lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_model() -> str:
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--categories", default="simple_python,multiple,parallel,multi_turn_base")
+    p.add_argument("--per-category", type=int, default=50)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--port", type=int, default=8190)
+    p.add_argument("--report", action="store_true", help="only rebuild report.md from the files")
+    a = p.parse_args()
+    categories, arms = a.categories.split(","), a.arms.split(",")
+    if not a.report:
+        ensure_bfcl()
+        ids = {c: category_ids(c, a.per_category) for c in categories}
+        for arm in arms:
+            run_arm(arm, a.out, ids, a.port)
+    (a.out / "report.md").write_text(report(a.out, categories, arms))
+    print((a.out / "report.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
