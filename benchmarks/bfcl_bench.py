@@ -33,9 +33,11 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-bfcl"
-BFCL = "bfcl-eval==2026.3.23"
+# bfcl-eval imports qwen_agent, which needs soundfile and does not require it
+BFCL = ("bfcl-eval==2026.3.23", "soundfile")
 MODEL = "openbmb/MiniCPM-SALA-FC"  # BFCL's registry: an OpenAI chat-completions FC client
 ARMS = ("target-only", "specreason", "draft-only")
+CONTEXT = 16384  # multi-turn entries hold the functions' docs and every turn: past 4096 tokens
 
 
 def ensure_bfcl() -> Path:
@@ -43,7 +45,7 @@ def ensure_bfcl() -> Path:
     bfcl = VENV / "bin" / "bfcl"
     if not bfcl.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", BFCL], check=True)
+        subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", *BFCL], check=True)
     return bfcl
 
 
@@ -59,7 +61,7 @@ def category_ids(category: str, n: int) -> list[str]:
 def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
     """``stepspec serve`` with ``arm``'s strategy, serving BFCL's model name, once healthy."""
     cmd = [str(ROOT / ".venv" / "bin" / "stepspec"), "serve", "--strategy", arm, "--name", MODEL,
-           "--port", str(port)]
+           "--port", str(port), "--max-model-len", str(CONTEXT)]
     process = subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:

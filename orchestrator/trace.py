@@ -238,6 +238,8 @@ class Trace:
             "num_backoff_steps": self.num_backoff_steps,
             "tool_call_steps": self.tool_call_steps(),
             "judge_seconds": sum(s.judge_seconds for s in self.steps),
+            "draft_seconds": sum(s.draft_seconds for s in self.steps),  # drafting, kept or not
+            "target_seconds": sum(s.target_seconds for s in self.steps),  # the target's writing
             "num_tokens": self.num_tokens,
             "num_draft_tokens": self.num_draft_tokens,
             "num_target_tokens": self.num_target_tokens,

@@ -156,6 +156,8 @@ def test_a_named_tool_choice_forces_the_call_its_opening_prefilled():
      "answers tool_call_id 'call_9', and no assistant message before it made that call"),
     ({"max_tokens": 1_000_000_000}, "max_tokens=1000000000 does not fit: this model's context is 4096 tokens"),
     ({"tools": {"multiply": MULTIPLY}}, "'tools' must be a list of function schemas"),
+    ({"messages": [{"role": "user", "content": "many words " * 3000}]},
+     "and this model's context is 4096; send a shorter conversation"),
 ])
 def test_bad_tool_requests_are_400s_naming_the_problem_and_the_server_goes_on(change, says):
     with serving({"stepspec": reasoner(max_model_len=4096)}) as url:

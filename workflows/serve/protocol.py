@@ -10,7 +10,8 @@ refuses the rest by name, with a 400 (:class:`RequestError`):
   temperature of those that sample (``tree``, ``best-of-n``: their ``temperature`` option).
 * ``seed``: the seed option of the strategies that sample; greedy ones are deterministic.
 * ``stop``: the answer is cut at the first stop string.
-* ``n``: 1. ``stream``, ``stream_options.include_usage``; ``user`` is accepted and unused.
+* ``n``: 1. ``stream``, ``stream_options.include_usage``; ``user`` and ``store`` are accepted and
+  unused (nothing is stored).
 * ``tools``, ``tool_choice``, ``parallel_tool_calls``: tool calling (:class:`ToolRequest`);
   the conversation may hold an assistant's ``tool_calls`` and ``tool`` messages answering
   them by ``tool_call_id``, and may end with them.
@@ -39,7 +40,8 @@ from workflows.agents.toolcalls import ToolCallError, check_tools
 
 # The OpenAI parameters a trace gives a meaning to (the rest: a 400 naming them).
 CHAT_PARAMETERS = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-                   "temperature", "stop", "seed", "n", "user", "tools", "tool_choice", "parallel_tool_calls"}
+                   "temperature", "stop", "seed", "n", "user", "store", "tools", "tool_choice",
+                   "parallel_tool_calls"}
 COMPLETION_PARAMETERS = {"model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "stop", "seed",
                          "n", "user"}
 EXTENSION = "stepspec"

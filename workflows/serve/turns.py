@@ -65,10 +65,14 @@ class Turn:
         return self.calling is None or not self.calling.forced
 
     async def prompt_tokens(self, reasoner: Reasoner, max_tokens: int | None) -> int:
-        """The prompt's tokens; a 400 when ``max_tokens`` more would not fit the target's context."""
+        """The prompt's tokens; a 400 when the prompt, or ``max_tokens`` more, would not fit the
+        target's context."""
         target = reasoner.target
         n = await target.acount_tokens(await opening_prompt(target, self.question))
         limit = target.info.max_model_len
+        if limit is not None and n >= limit:
+            raise RequestError(400, f"the prompt takes {n} tokens, and this model's context is {limit}; send a "
+                                    "shorter conversation (or serve with a larger --max-model-len)", "messages")
         if max_tokens is not None and limit is not None and n + max_tokens > limit:
             raise RequestError(400, f"max_tokens={max_tokens} does not fit: this model's context is {limit} tokens "
                                     f"and the prompt takes {n}, so at most {max(limit - n, 0)} can be asked",
