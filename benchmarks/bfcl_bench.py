@@ -21,15 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from served import cpu_model, start_server, stop_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-bfcl"
@@ -60,31 +59,7 @@ def category_ids(category: str, n: int) -> list[str]:
 
 def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
     """``stepspec serve`` with ``arm``'s strategy, serving BFCL's model name, once healthy."""
-    cmd = [str(ROOT / ".venv" / "bin" / "stepspec"), "serve", "--strategy", arm, "--name", MODEL,
-           "--port", str(port), "--max-model-len", str(CONTEXT)]
-    process = subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"stepspec serve ({arm}) exited with {process.returncode}; see {log}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(3)
-    stop(process)
-    raise RuntimeError(f"stepspec serve ({arm}) did not answer /health within 15 minutes; see {log}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    return start_server(["--strategy", arm, "--name", MODEL, "--max-model-len", str(CONTEXT)], port, log)
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
@@ -100,7 +75,7 @@ def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
         subprocess.run([bfcl, "generate", "--model", MODEL, "--run-ids", "--temperature", "0", "--num-threads", "1"],
                        env=env, check=True)
     finally:
-        stop(server)
+        stop_server(server)
     subprocess.run([bfcl, "evaluate", "--model", MODEL, "--test-category", ",".join(ids), "--partial-eval"],
                    env=env, check=True)
 
@@ -127,7 +102,7 @@ def _flat(value) -> list:
 
 def report(out: Path, categories: list[str], arms: list[str]) -> str:
     """report.md: accuracy per category and arm, paired against target-only, seconds per call."""
-    lines = [f"# BFCL v4 against `stepspec serve`", "",
+    lines = ["# BFCL v4 against `stepspec serve`", "",
              f"CPU: {cpu_model()}. Model name served: `{MODEL}`; BFCL's own generate and evaluate "
              "(`--partial-eval`); one request at a time; each arm its own server (cold caches).", "",
              "| category | arm | entries | accuracy | vs target-only: lost / gained / net loss | median s per call | "
@@ -147,16 +122,6 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
             vs = "baseline" if arm == "target-only" else f"{lost} / {gained} / {lost - gained}"
             lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x |")
     return "\n".join(lines) + "\n"
-
-
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:

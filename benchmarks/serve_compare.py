@@ -24,14 +24,12 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -40,6 +38,7 @@ from engine.dtype import choose_dtype, cpu_info  # noqa: E402
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
 from engine.speculation import speculative_config  # noqa: E402
 from engine.vllm_runtime import ld_preload_with_intel_openmp  # noqa: E402
+from served import start_process, stop_server  # noqa: E402 (benchmarks/: the script's own folder)
 from orchestrator.prompts import reasoning_messages  # noqa: E402
 from orchestrator.strategies import STRATEGIES  # noqa: E402
 from workflows.eval.datasets import load_dataset  # noqa: E402
@@ -52,34 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start(cmd: list[str], port: int, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 900
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"{cmd[:4]} exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            stop(proc)
-            raise SystemExit(f"{cmd[:4]} did not become healthy in 900 s; see {log}")
-        time.sleep(2)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
 
 
 async def ask(client, model: str, messages: list[dict], max_tokens: int) -> dict:
@@ -214,22 +185,22 @@ def main() -> None:
                     "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
                     "--max-model-len", "4096", "--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30)),
                     "--speculative-config", json.dumps(spec)]
-        proc = start(vllm_cmd, port, out / "vllm_server.log", env)
+        proc = start_process(vllm_cmd, port, out / "vllm_server.log", env)
         try:
             base = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", subset, reasoning_messages,
                                        args.max_tokens, mode == "concurrent"))
         finally:
-            stop(proc)
+            stop_server(proc)
         port = free_port()
         serve_cmd = [sys.executable, "-c", "from workflows.cli.app import main; main()", "serve", "--port", str(port),
                      "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
-        proc = start(serve_cmd, port, out / "stepspec_serve.log", env)
+        proc = start_process(serve_cmd, port, out / "stepspec_serve.log", env)
         try:
             served = asyncio.run(measure(
                 f"http://127.0.0.1:{port}", "stepspec", subset, lambda q: [{"role": "user", "content": q}],
                 args.max_tokens, mode == "concurrent"))
         finally:
-            stop(proc)
+            stop_server(proc)
         result["runs"]["vllm-server"][mode], result["runs"]["stepspec-serve"][mode] = base, served
         result["modes"][mode] = {"n": len(subset), "vllm_speculation": spec, "commit": commit,
                                  "date": time.strftime("%Y-%m-%d")}
