@@ -167,3 +167,49 @@ def test_tools_with_side_effects_never_run_speculatively():
     assert [(c.args, c.speculative, c.used) for c in result.tool_calls] == [({"message": "target"}, False, True)]
     accepted = run_specreason('Action: send("draft")', 'Action: send("target")', True, [send])
     assert sent == ["target", "draft"] and accepted.tool_calls[0].speculative is False  # ran after acceptance
+
+
+# -- the model's own tool format (its template renders the tools) ------------------------------
+
+
+def template_engine(calls, answer="So the answer is \\boxed{5}."):
+    """Writes the n-th call (fenced JSON, as the bundled pair does) after n tool results, then the answer."""
+
+    def continuation(prompt):
+        n = prompt.count("<|tool|>") + prompt.count("That tool call is invalid")
+        return calls[n] if n < len(calls) else answer
+
+    return ScriptedEngine(continuation=continuation, renders_tools=True)
+
+
+def fenced(expression):
+    return '```json\n{"name": "calculator", "arguments": {"expression": "%s"}}\n```' % expression
+
+
+def test_in_the_template_format_a_drafted_call_runs_speculatively_and_its_result_is_a_tool_message():
+    draft, target = template_engine([fenced("2 + 3")]), template_engine([fenced("2 * 3")])
+    reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), first_target_steps=0)
+    agent = Agent(reasoner, tools=[calculator])
+    result = agent.run("What is 2 + 3?")
+    (call,) = result.tool_calls
+    assert call.args == {"expression": "2 + 3"} and call.speculative and call.used and call.observation == "5"
+    assert ("tool", "5") in result.messages and result.answer == "5"
+    assert '<|tools|>["calculator"]' in draft.prompts[0]  # the template rendered the tool
+    assert "Action:" not in draft.prompts[0]  # and the text format's prompt is not used
+
+
+def test_in_the_template_format_an_invalid_call_of_the_target_gets_a_message_and_the_agent_goes_on():
+    engine = template_engine(['```json\n{"name": "calculator", "arguments": {"expr": "1"}}\n```'])
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3?")
+    assert result.tool_calls == () and result.answer == "5"
+    said = [text for role, text in result.messages if role == "user"]
+    assert any("That tool call is invalid" in text and "'expr' was unexpected" in text for text in said)
+
+
+def test_text_format_where_the_template_renders_no_tools_and_by_choice():
+    engine = agent_engine(['Action: calculator("2 + 3")'])  # a template without tools: auto is text
+    assert asyncio.run(Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).format()) == "text"
+    chosen = Agent(Reasoner(template_engine([]), strategy="target-only"), tools=[calculator], tool_format="text")
+    assert asyncio.run(chosen.format()) == "text"
+    with pytest.raises(AgentError, match="tool_format must be one of"):
+        Agent(Reasoner(engine, strategy="target-only"), tools=[calculator], tool_format="json")

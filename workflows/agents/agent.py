@@ -235,14 +235,14 @@ class Agent:
         """The system prompt of the text format (the template format's: :meth:`prompt`)."""
         return self.text_system_prompt
 
-    def format(self) -> str:
+    async def format(self) -> str:
         """The tool format in use: "template" or "text" (for "auto": whether the target's template
-        renders tools; the engine must be started)."""
+        renders tools)."""
         if self.tool_format != "auto":
             return self.tool_format
         target, probe = self.reasoner.target, [{"role": "user", "content": "-"}]
-        rendered = target.apply_chat_template(probe, tools=[t.openai() for t in self.tools.values()])
-        return "template" if self.tools and rendered != target.apply_chat_template(probe) else "text"
+        rendered = await target.aapply_chat_template(probe, tools=[t.openai() for t in self.tools.values()])
+        return "template" if self.tools and rendered != await target.aapply_chat_template(probe) else "text"
 
     def prompt(self, template: bool) -> str:
         """The system prompt: the given one, else the format's default (tools listed in text only)."""
@@ -266,7 +266,7 @@ class Agent:
         if not task or not task.strip():
             raise ValueError("the task is empty; give the agent something to do")
         await self.reasoner.start()
-        template = self.format() == "template"
+        template = await self.format() == "template"
         calling = ToolCalling([t.openai() for t in self.tools.values()], self.tool_call_parser,
                               tokenizer=self.reasoner.target.tokenizer) if template else None
         rules = calling.rules(self.reasoner.rules) if calling is not None else self.text_rules
