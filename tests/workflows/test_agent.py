@@ -186,6 +186,7 @@ def fenced(expression):
     return '```json\n{"name": "calculator", "arguments": {"expression": "%s"}}\n```' % expression
 
 
+@pytest.mark.vllm  # calls are read by vLLM's tool parsers
 def test_in_the_template_format_a_drafted_call_runs_speculatively_and_its_result_is_a_tool_message():
     draft, target = template_engine([fenced("2 + 3")]), template_engine([fenced("2 * 3")])
     reasoner = Reasoner(target, draft, strategy="specreason", judge=FixedJudge(True), first_target_steps=0)
@@ -198,6 +199,7 @@ def test_in_the_template_format_a_drafted_call_runs_speculatively_and_its_result
     assert "Action:" not in draft.prompts[0]  # and the text format's prompt is not used
 
 
+@pytest.mark.vllm  # calls are read by vLLM's tool parsers
 def test_in_the_template_format_an_invalid_call_of_the_target_gets_a_message_and_the_agent_goes_on():
     engine = template_engine(['```json\n{"name": "calculator", "arguments": {"expr": "1"}}\n```'])
     result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3?")
