@@ -11,8 +11,8 @@ function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that n
         --categories simple_python,multiple,parallel --per-category 50
 
 Resumable: BFCL skips entries already in an arm's result files, so running the same
-command again continues where it stopped. Then ``--report`` alone rebuilds report.md from
-the files: per category and arm, BFCL's accuracy, the entries lost / gained / net against
+command again continues where it stopped. ``--report`` alone scores the files again and
+rebuilds report.md: per category and arm, BFCL's accuracy, the entries lost / gained / net against
 target-only on the same entries, and the median seconds per model call (BFCL's latency).
 """
 
@@ -63,21 +63,25 @@ def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
-    """Generate and score ``arm``'s entries (those not yet in its result files)."""
+    """Generate ``arm``'s entries (those not yet in its result files) on a server of its own."""
     root = out / arm
     root.mkdir(parents=True, exist_ok=True)
     (root / "test_case_ids_to_generate.json").write_text(json.dumps(ids, indent=1))
     env = {**os.environ, "BFCL_PROJECT_ROOT": str(root), "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
            "OPENAI_API_KEY": "none"}
-    bfcl = str(ensure_bfcl())
     server = serve(arm, port, out / f"serve-{arm}.log")
     try:
-        subprocess.run([bfcl, "generate", "--model", MODEL, "--run-ids", "--temperature", "0", "--num-threads", "1"],
-                       env=env, check=True)
+        subprocess.run([str(ensure_bfcl()), "generate", "--model", MODEL, "--run-ids", "--temperature", "0",
+                        "--num-threads", "1"], env=env, check=True)
     finally:
         stop_server(server)
-    subprocess.run([bfcl, "evaluate", "--model", MODEL, "--test-category", ",".join(ids), "--partial-eval"],
-                   env=env, check=True)
+
+
+def evaluate(arm: str, out: Path, categories: list[str]) -> None:
+    """BFCL's checker on the entries ``arm`` generated (``--partial-eval``)."""
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(out / arm), "OPENAI_API_KEY": "none"}  # its handler is built
+    subprocess.run([str(ensure_bfcl()), "evaluate", "--model", MODEL, "--test-category", ",".join(categories),
+                    "--partial-eval"], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
@@ -131,16 +135,18 @@ def main() -> None:
     p.add_argument("--per-category", type=int, default=50)
     p.add_argument("--arms", default=",".join(ARMS))
     p.add_argument("--port", type=int, default=8190)
-    p.add_argument("--report", action="store_true", help="only rebuild report.md from the files")
+    p.add_argument("--report", action="store_true", help="only score the files again and rebuild report.md")
     a = p.parse_args()
-    categories, arms = a.categories.split(","), a.arms.split(",")
+    categories, arms, out = a.categories.split(","), a.arms.split(","), a.out.resolve()  # BFCL needs it absolute
     if not a.report:
         ensure_bfcl()
         ids = {c: category_ids(c, a.per_category) for c in categories}
         for arm in arms:
-            run_arm(arm, a.out, ids, a.port)
-    (a.out / "report.md").write_text(report(a.out, categories, arms))
-    print((a.out / "report.md").read_text())
+            run_arm(arm, out, ids, a.port)
+    for arm in arms:
+        evaluate(arm, out, categories)
+    (out / "report.md").write_text(report(out, categories, arms))
+    print((out / "report.md").read_text())
 
 
 if __name__ == "__main__":

@@ -218,3 +218,24 @@ def test_an_openai_agents_sdk_agent_completes_a_two_tool_task_against_stepspec_s
         result = asyncio.run(run(url))
     assert called == [("multiply", 12, 13), ("add", 156, 7)]
     assert "\\boxed{163}" in result.final_output
+
+
+class NeverStarted(ScriptedEngine):
+    """A target that a strategy never starts (draft-only): any use of it is an error, as for vLLM's."""
+
+    async def acount_tokens(self, text):
+        raise AssertionError("the target is not started")
+
+    async def aapply_chat_template(self, *args, **kwargs):
+        raise AssertionError("the target is not started")
+
+
+def test_draft_only_answers_with_tools_from_the_draft_alone():
+    from orchestrator.reasoner import Reasoner
+
+    served = Reasoner(NeverStarted(renders_tools=True), agent_script(CALLING, ANSWERING, max_model_len=4096),
+                      strategy="draft-only")
+    with serving({"stepspec": served}) as url:
+        reply = ask(url, max_tokens=100).json()
+        assert ask(url, max_tokens=5000).status_code == 400  # the draft's context is the measure
+    assert reply["choices"][0]["finish_reason"] == "tool_calls" and not served.target.prompts

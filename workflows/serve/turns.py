@@ -50,7 +50,7 @@ class Turn:
         if request.tools is None:
             return cls(request.question, reasoner.rules)
         try:
-            calling = ToolCalling(request.tools.tools, parser, tokenizer=reasoner.target.tokenizer,
+            calling = ToolCalling(request.tools.tools, parser, tokenizer=writer(reasoner).tokenizer,
                                   choice=request.tools.choice, parallel=request.tools.parallel)
         except ToolCallError as e:
             raise RequestError(400, str(e), "tools") from None
@@ -66,10 +66,10 @@ class Turn:
 
     async def prompt_tokens(self, reasoner: Reasoner, max_tokens: int | None) -> int:
         """The prompt's tokens; a 400 when the prompt, or ``max_tokens`` more, would not fit the
-        target's context."""
-        target = reasoner.target
-        n = await target.acount_tokens(await opening_prompt(target, self.question))
-        limit = target.info.max_model_len
+        context of the model that writes (:func:`writer`)."""
+        engine = writer(reasoner)
+        n = await engine.acount_tokens(await opening_prompt(engine, self.question))
+        limit = engine.info.max_model_len
         if limit is not None and n >= limit:
             raise RequestError(400, f"the prompt takes {n} tokens, and this model's context is {limit}; send a "
                                     "shorter conversation (or serve with a larger --max-model-len)", "messages")
@@ -107,6 +107,13 @@ class Reply:
     def stats(self, stats: dict) -> dict:
         """The trace's stats, with the problems of an invalid call."""
         return {**stats, "tool_call_problems": list(self.problems)} if self.problems else stats
+
+
+def writer(reasoner: Reasoner):
+    """The engine whose tokenizer and context a request is measured by: the target, or the
+    draft for a strategy that never asks the target (``draft-only``: the target is not started)."""
+    in_use = reasoner.engines_in_use()
+    return in_use.get("target") or in_use["draft"]
 
 
 def finish_reason(trace: Trace) -> str:
