@@ -52,6 +52,9 @@ class StepCandidate:
     temperature: float = 0.0
     draft_token_tops: tuple[tuple[tuple[int, float], ...], ...] = ()
     seed: int | None = None
+    # The step holds a tool call: a token-level verifier keeps only the target's own
+    # (greedy) tokens of it, since an argument the target would not write is a wrong call.
+    exact: bool = False
 
     def opening_chat(self) -> list[dict[str, str]]:
         if self.opening_messages:

@@ -114,10 +114,12 @@ class LikelihoodJudge(Configured):
         # the ratio test reads the draft's alternatives at each token of a sampled step
         self.draft_top_k = self.options.top_k if self.options.sampled == "ratio" else 0
 
-    def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str) -> CutRule | None:
-        """The first rule this token breaks, or None when it is plausible."""
+    def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str,
+                    exact: bool = False) -> CutRule | None:
+        """The first rule this token breaks, or None when it is plausible (``exact``: a tool
+        call's step, where only the target's greedy token is)."""
         o = self.options
-        if o.max_rank is not None and rank > o.max_rank:
+        if (o.max_rank is not None and rank > o.max_rank) or (exact and rank > 1):
             return CutRule.RANK
         if o.floor is not None and logprob < o.floor:
             return CutRule.FLOOR
@@ -158,7 +160,7 @@ class LikelihoodJudge(Configured):
         # token is the cut: what precedes it is kept, the target writes from there.
         cut, misses = None, 0
         for i, (tok, text, dlp) in enumerate(zip(scored, texts, draft_lps)):
-            rule = self.rule_broken(tok.logprob, tok.rank, dlp, text)
+            rule = self.rule_broken(tok.logprob, tok.rank, dlp, text, c.exact)
             if rule is None:
                 continue
             misses += 1

@@ -268,13 +268,16 @@ class TraceRun:
                   target_step: str | None = None, temperature: float = 0.0, seed: int | None = None
                   ) -> StepCandidate:
         """What a judge sees of a step drafted after ``previous`` (default: the trace): its text
-        in context and, for a token-level verifier, the target's prompt it continues and its tokens."""
+        in context and, for a token-level verifier, the target's prompt it continues and its tokens;
+        ``exact`` when the step holds a tool call (``rules.action_pattern``)."""
         previous = self.steps if previous is None else previous
+        head = self.open_step_text() if previous is self.steps else ""
+        exact = bool(self.rules.action_pattern and re.search(self.rules.action_pattern, head + drafted.text))
         return StepCandidate(self.question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
                              opening_messages=opening_messages(self.question), prefix=self.prompt("target", previous),
                              draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
                              draft_token_texts=drafted.token_texts, temperature=temperature,
-                             draft_token_tops=drafted.token_tops, seed=seed)
+                             draft_token_tops=drafted.token_tops, seed=seed, exact=exact)
 
     def rating(self, text: str, previous: Sequence[StepRecord] = ()) -> StepCandidate:
         """What a judge rates on its own (a search's candidate, a whole solution): ``text``

@@ -179,6 +179,20 @@ def test_likelihood_cuts_at_the_first_implausible_token_and_keeps_what_precedes_
     assert whole.accept and whole.cut is None and whole.score == -8.6
 
 
+def test_likelihood_keeps_only_the_targets_greedy_tokens_of_a_tool_calls_step():
+    from dataclasses import replace
+
+    from judges.likelihood import LikelihoodJudge
+
+    tokens = ['{"', "name", '":', ' "', "maps", '",', ' "mode', '":', ' "', "public", " transit", '"}']
+    engine = likelihood_engine({"public": (-1.2, 2, "transit")})  # plausible to a floor of -5, not the greedy token
+    judge = LikelihoodJudge(engine, floor=-5.0, math_max_rank=1)
+    (loose,) = run(judge.judge([scored_candidate(engine, tokens)]))
+    (call,) = run(judge.judge([replace(scored_candidate(engine, tokens), exact=True)]))
+    assert loose.accept
+    assert not call.accept and call.cut.offset == 9 and call.cut.rule.value == "rank"
+
+
 def test_likelihood_contrast_rule_reads_the_drafts_own_logprob():
     from judges.likelihood import LikelihoodJudge
 

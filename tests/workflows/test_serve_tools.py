@@ -239,3 +239,10 @@ def test_draft_only_answers_with_tools_from_the_draft_alone():
         reply = ask(url, max_tokens=100).json()
         assert ask(url, max_tokens=5000).status_code == 400  # the draft's context is the measure
     assert reply["choices"][0]["finish_reason"] == "tool_calls" and not served.target.prompts
+
+
+def test_a_token_level_verifier_is_asked_to_hold_the_call_step_to_the_targets_own_tokens():
+    served = reasoner()
+    with serving({"stepspec": served}) as url:
+        assert ask(url).json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert [(c.draft_step, c.exact) for c in served.judge.seen] == [(CALLING[0].strip(), False), (CALLING[1], True)]
