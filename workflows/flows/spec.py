@@ -470,7 +470,7 @@ def check_references(w: LoadedWorkflow) -> None:
     for name, a in s.agents.items():
         known("reasoner", a.reasoner, s.reasoners, "agents", name, "reasoner")
         for i, tool in enumerate(a.tools):
-            known("tool or MCP server", tool, {**s.tools, **s.mcp_servers}, "agents", name, "tools", i)
+            known("tool", tool, {**s.tools, **s.mcp_servers}, "agents", name, "tools", i)  # or an MCP server
     if s.workflow is None:
         return
     g = s.workflow
