@@ -69,6 +69,7 @@ async def solve(url: str, question: str) -> dict:
         finally:
             tool_seconds.append(time.perf_counter() - t0)
 
+    agents.set_tracing_disabled(True)  # the SDK would export traces to OpenAI
     http = httpx.AsyncClient(timeout=600, event_hooks={"response": [record]})
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, http_client=http)
     model = agents.OpenAIChatCompletionsModel(model="stepspec", openai_client=client)
