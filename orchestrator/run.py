@@ -272,7 +272,7 @@ class TraceRun:
         ``exact`` when the step holds a tool call (``rules.action_pattern``)."""
         previous = self.steps if previous is None else previous
         head = self.open_step_text() if previous is self.steps else ""
-        exact = bool(self.rules.action_pattern and re.search(self.rules.action_pattern, head + drafted.text))
+        exact = self.holds_call(head + drafted.text)
         return StepCandidate(self.question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
                              opening_messages=opening_messages(self.question), prefix=self.prompt("target", previous),
                              draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
@@ -287,8 +287,7 @@ class TraceRun:
 
     def add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
         """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
-        if ends is not StepEnd.THINKING and record.complete and self.rules.action_pattern and \
-                re.search(self.rules.action_pattern, self.open_step_text() + record.text):
+        if ends is not StepEnd.THINKING and record.complete and self.holds_call(self.open_step_text() + record.text):
             ends = StepEnd.ACTION  # a step holding a tool call, written in one piece or several
         self.steps.append(record)
         if ends is StepEnd.ACTION:
@@ -333,12 +332,16 @@ class TraceRun:
             pieces.append(s.text)
         return "".join(reversed(pieces))
 
+    def holds_call(self, text: str) -> bool:
+        """Whether ``text`` (a step, with the open step's pieces before it) holds a tool call
+        (``rules.action_pattern``)."""
+        return bool(self.rules.action_pattern and re.search(self.rules.action_pattern, text))
+
     def invalid_call(self, text: str) -> str | None:
         """Why the call ``text`` makes is invalid (``rules.action_check``), or None (no call, or a good one)."""
-        rules = self.rules
-        if rules.action_check is None or not rules.action_pattern or not re.search(rules.action_pattern, text):
+        if self.rules.action_check is None or not self.holds_call(text):
             return None
-        return rules.action_check(text)
+        return self.rules.action_check(text)
 
     # -- stopping --------------------------------------------------------------------
 

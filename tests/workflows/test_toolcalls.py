@@ -62,7 +62,9 @@ def test_a_named_tool_choice_prefills_the_call_and_rejects_another_function():
     assert "tool_choice asks for 'multiply'" in named.check(required.parse('weather", "arguments": '
                                                                              '{"city": "x"}}\n```').calls[0])
     assert calling(choice="none").rendered_tools == []
-    with pytest.raises(ToolCallError, match="tool_choice names 'multiplyy'.*Did you mean 'multiply'"):
+    with pytest.raises(ToolCallError,
+                       match="tool_choice names function 'multiplyy', which is not among the tools"
+                             ".*Did you mean 'multiply'"):
         calling(choice="multiplyy")
 
 

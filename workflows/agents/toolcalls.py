@@ -104,6 +104,18 @@ def check_tools(tools: Sequence[Any], where: str = "tools") -> list[dict[str, An
     return out
 
 
+def check_choice(choice: str, names: Sequence[str]) -> None:
+    """``tool_choice`` checked against the declared tools' ``names``: "auto" and "none" always
+    do, "required" and a function's name need tools, a name must be one of them."""
+    if choice in ("auto", "none"):
+        return
+    if not names:
+        raise ToolCallError(f"tool_choice {choice!r} needs tools; declare them in 'tools'")
+    if choice != "required" and choice not in names:
+        raise ToolCallError(f"tool_choice names function {choice!r}, which is not among the tools (declared: "
+                            f"{', '.join(names)}).{did_you_mean(str(choice), names)}")
+
+
 def parser_class(name: str) -> type:
     """The tool parser registered in vLLM under ``name`` (``hermes_json`` is registered here)."""
     from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
@@ -148,11 +160,7 @@ class ToolCalling:
 
         self.tools = check_tools(tools)
         self.schemas = {t["function"]["name"]: t["function"]["parameters"] for t in self.tools}
-        if choice not in ("auto", "none", "required") and choice not in self.schemas:
-            raise ToolCallError(f"tool_choice names '{choice}', which is not a declared tool (declared: "
-                                f"{', '.join(self.schemas) or 'none'}).{did_you_mean(choice, self.schemas)}")
-        if choice != "none" and not self.tools:
-            raise ToolCallError(f"tool_choice '{choice}' needs tools; declare them in 'tools'")
+        check_choice(choice, list(self.schemas))
         self.choice, self.parallel, self.parser_name = choice, parallel, parser
         cls = parser_class(parser)
         if tokenizer is None:

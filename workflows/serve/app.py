@@ -65,6 +65,7 @@ from workflows.serve.turns import Turn, cut_at_stop, finish_reason
 logger = logging.getLogger(__name__)
 ARGUMENT_PIECE = 16  # characters of a call's arguments per streamed delta
 
+
 class HeldStep:
     """Streams a trace's records as they join it, one step behind: a step goes out (with
     its delimiter) once the next one begins; the last one is the answer."""

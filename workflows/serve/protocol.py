@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from common.names import did_you_mean
 from common.options import explain
 from orchestrator.prompts import ANSWERABLE_ROLES, Chat, RawPrompt
-from workflows.agents.toolcalls import ToolCallError, check_tools
+from workflows.agents.toolcalls import ToolCallError, check_choice, check_tools
 
 # The OpenAI parameters a trace gives a meaning to (the rest: a 400 naming them).
 CHAT_PARAMETERS = {"model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens",
@@ -232,24 +232,21 @@ def _history_call(call: Mapping[str, Any], i: int, j: int) -> dict[str, Any]:
 def _tools(body: Mapping[str, Any]) -> ToolRequest | None:
     """The request's tool calling, checked: tools are function schemas with unique names,
     ``tool_choice`` names one of them."""
-    if not body.get("tools"):
-        if body.get("tool_choice") not in (None, "none", "auto"):
-            raise RequestError(400, f"tool_choice {body['tool_choice']!r} needs tools; declare them in 'tools'",
-                               "tool_choice")
-        return None
-    if not isinstance(body["tools"], list):
+    if body.get("tools") and not isinstance(body["tools"], list):
         raise RequestError(400, "'tools' must be a list of function schemas", "tools")
     try:
-        tools = check_tools(body["tools"])
+        tools = check_tools(body.get("tools") or [])
     except ToolCallError as e:
         raise RequestError(400, str(e), "tools") from None
     choice = body.get("tool_choice") or "auto"
     if isinstance(choice, Mapping):
         choice = (choice.get("function") or {}).get("name")
-    names = [t["function"]["name"] for t in tools]
-    if choice not in ("auto", "none", "required") and choice not in names:
-        raise RequestError(400, f"tool_choice names function {choice!r}, which is not among the tools (declared: "
-                                f"{', '.join(names)}).{did_you_mean(str(choice), names)}", "tool_choice")
+    try:
+        check_choice(choice, [t["function"]["name"] for t in tools])
+    except ToolCallError as e:
+        raise RequestError(400, str(e), "tool_choice") from None
+    if not tools:
+        return None
     parallel = body.get("parallel_tool_calls")
     return ToolRequest(tuple(tools), choice, True if parallel is None else bool(parallel))
 

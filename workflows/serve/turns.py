@@ -28,7 +28,7 @@ from orchestrator.prompts import Chat
 from orchestrator.reasoner import Reasoner
 from orchestrator.stepgen import opening_prompt
 from orchestrator.steps import StepRules
-from orchestrator.trace import StepRecord, StopReason, Trace, join_steps
+from orchestrator.trace import StopReason, Trace, join_steps
 from workflows.agents.toolcalls import Call, ToolCallError, ToolCalling
 from workflows.serve.protocol import RequestError, TraceRequest
 
@@ -85,7 +85,7 @@ class Turn:
         calling = self.calling
         if calling is not None and calling.forced:
             reasoning, answer = "", trace.text
-        if calling is None or calling.choice == "none" or not (calling.forced or trace.stop_reason is StopReason.ACTION):
+        if calling is None or not (calling.forced or trace.stop_reason is StopReason.ACTION):  # (none: no call ends it)
             return Reply(reasoning, cut_at_stop(answer, stop), finish_reason=finish_reason(trace))
         parsed = calling.parse(answer)
         if parsed.calls and not parsed.problems:
@@ -120,20 +120,13 @@ def finish_reason(trace: Trace) -> str:
     return "stop" if trace.stop_reason in STOPPED else "length"
 
 
-def answer_split(steps: tuple[StepRecord, ...]) -> int:
-    """Where the answer step starts: the index of the first record of the last step (a
-    step cut into pieces is several records, all but its last ``complete=False``)."""
-    start = len(steps) - 1
-    while start > 0 and not steps[start - 1].complete:
-        start -= 1
-    return max(start, 0)
-
-
 def reasoning_and_answer(trace: Trace) -> tuple[str, str]:
-    """(the reasoning: every step before the last, each with its delimiter; the last step)."""
-    k = answer_split(trace.steps)
-    reasoning = join_steps(trace.steps[:k], trace.delimiter) + (trace.delimiter if k else "")
-    return reasoning, join_steps(trace.steps[k:], trace.delimiter)
+    """(the reasoning: every step before the last, each with its delimiter; the last step,
+    all its pieces)."""
+    steps = trace.whole_steps()
+    before = [record for step in steps[:-1] for record in step]
+    reasoning = join_steps(before, trace.delimiter) + (trace.delimiter if before else "")
+    return reasoning, join_steps(steps[-1] if steps else (), trace.delimiter)
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
