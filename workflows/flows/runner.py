@@ -176,17 +176,23 @@ def mcp_servers(w: LoadedWorkflow) -> dict[str, MCPServer]:
 
 
 async def list_mcp_tools(w: LoadedWorkflow) -> dict[str, list[Tool]]:
-    """Each MCP server's tools: the server started, listed and stopped (``stepspec validate``);
-    one that cannot start is a :class:`WorkflowError` at its place in the file."""
+    """Each MCP server's tools: the server started, listed and stopped (``stepspec validate``)."""
     listed = {}
     for name, server in mcp_servers(w).items():
         try:
-            listed[name] = await server.start()
-        except MCPServerError as e:
-            raise WorkflowError(f"{w.where('mcp_servers', name)}: {e}") from None
+            listed[name] = await start_mcp_server(w, name, server)
         finally:
             await server.close()
     return listed
+
+
+async def start_mcp_server(w: LoadedWorkflow, name: str, server: MCPServer) -> list[Tool]:
+    """``server`` started, its tools listed; one that cannot start is a :class:`WorkflowError`
+    at its place in the file."""
+    try:
+        return await server.start()
+    except MCPServerError as e:
+        raise WorkflowError(f"{w.where('mcp_servers', name)}: {e}") from None
 
 
 def load_tools(w: LoadedWorkflow) -> dict[str, Tool]:
@@ -253,10 +259,7 @@ class WorkflowRun:
     async def open(self) -> None:
         """Start the MCP servers (their tools become the agents'), then build the agents."""
         for name, server in self.mcp_servers.items():
-            try:
-                await server.start()
-            except MCPServerError as e:
-                raise WorkflowError(f"{self.w.where('mcp_servers', name)}: {e}") from None
+            await start_mcp_server(self.w, name, server)
         for name, a in self.w.spec.agents.items():
             tools = [t for ref in a.tools for t in (self.mcp_servers[ref].tools if ref in self.mcp_servers
                                                     else [self.tools[ref]])]
