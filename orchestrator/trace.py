@@ -194,6 +194,13 @@ class Trace:
                 start = i + 1
         return groups
 
+    def last_step_apart(self) -> tuple[str, str]:
+        """(the text of every step before the last; the last step's text, all its pieces): a
+        reply's reasoning and its answer, or an agent's thoughts and the step holding its call."""
+        steps = self.whole_steps()
+        before = join_steps([record for step in steps[:-1] for record in step], self.delimiter)
+        return before, join_steps(steps[-1] if steps else (), self.delimiter)
+
     def tool_call_steps(self) -> dict[str, int]:
         """The steps that hold a tool call, apart from reasoning steps (the step that ended a
         trace with stop reason "action": one at most): how many, how many were drafted, kept

@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 from engine.types import GenerationRequest, GenerationResult
 from orchestrator.prompts import Chat, message_text
 from orchestrator.reasoner import Reasoner
-from orchestrator.trace import StepRecord, StopReason, Trace, join_steps
+from orchestrator.trace import StepRecord, StopReason, Trace
 from workflows.agents.toolcalls import DEFAULT_TOOL_CALL_PARSER, ToolCalling, assistant_message
 from workflows.agents.tools import Tool, as_tool
 
@@ -318,9 +318,8 @@ class Agent:
         return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {record.observation}"}], [record])
 
     async def _template_turn(self, trace: Trace, calling: ToolCalling, started: dict[str, asyncio.Task]) -> "_Turn":
-        steps = trace.whole_steps()
-        before = join_steps([r for g in steps[:-1] for r in g], trace.delimiter)
-        parsed = calling.parse(join_steps(steps[-1], trace.delimiter))
+        before, last = trace.last_step_apart()
+        parsed = calling.parse(last)
         if not parsed.calls or parsed.problems:
             problem = "; ".join(parsed.problems) or "no call could be read"
             return _Turn([{"role": "assistant", "content": trace.text},

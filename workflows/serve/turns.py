@@ -28,7 +28,7 @@ from orchestrator.prompts import Chat
 from orchestrator.reasoner import Reasoner
 from orchestrator.stepgen import opening_prompt
 from orchestrator.steps import StepRules
-from orchestrator.trace import StopReason, Trace, join_steps
+from orchestrator.trace import StopReason, Trace
 from workflows.agents.toolcalls import Call, ToolCallError, ToolCalling
 from workflows.serve.protocol import RequestError, TraceRequest
 
@@ -121,12 +121,9 @@ def finish_reason(trace: Trace) -> str:
 
 
 def reasoning_and_answer(trace: Trace) -> tuple[str, str]:
-    """(the reasoning: every step before the last, each with its delimiter; the last step,
-    all its pieces)."""
-    steps = trace.whole_steps()
-    before = [record for step in steps[:-1] for record in step]
-    reasoning = join_steps(before, trace.delimiter) + (trace.delimiter if before else "")
-    return reasoning, join_steps(steps[-1] if steps else (), trace.delimiter)
+    """(the reasoning: every step before the last, each with its delimiter; the last step)."""
+    before, last = trace.last_step_apart()
+    return before + (trace.delimiter if before else ""), last
 
 
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
