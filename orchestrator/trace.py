@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from engine.stats import SpecDecodingStats
+
 
 class Author(StrEnum):
     """Who wrote a step's final text (``StepRecord.author``)."""
@@ -204,15 +206,21 @@ class Trace:
     def tool_call_steps(self) -> dict[str, int]:
         """The steps that hold a tool call, apart from reasoning steps (the step that ended a
         trace with stop reason "action": one at most): how many, how many were drafted, kept
-        as drafted (every drafted piece accepted), and cut or rejected.
+        as drafted (every drafted piece accepted), and cut or rejected; and their tokens the
+        draft wrote (``draft_tokens``) and of those the ones kept in the text (``kept_tokens``).
 
         Worked example: the draft writes ``{"name": "multiply", "arguments": {"a": 12,
-        "b": 31}}``, the verifier cuts at ``31`` (the target's token is ``13``) and the
-        target writes the rest: one tool-call step, drafted 1, kept 0, cut 1."""
+        "b": 31}}`` (20 tokens), the verifier cuts at ``31`` (the target's token is ``13``)
+        and the target writes the rest: one tool-call step, drafted 1, kept 0, cut 1,
+        draft_tokens 20, kept_tokens 17."""
         calls = self.whole_steps()[-1:] if self.stop_reason is StopReason.ACTION else []
         drafted = [g for g in calls if any(s.draft_text is not None for s in g)]
         kept = [g for g in drafted if all(s.accepted for s in g if s.draft_text is not None)]
-        return {"steps": len(calls), "drafted": len(drafted), "kept": len(kept), "cut": len(drafted) - len(kept)}
+        records = [s for g in drafted for s in g]
+        return {"steps": len(calls), "drafted": len(drafted), "kept": len(kept), "cut": len(drafted) - len(kept),
+                "draft_tokens": sum(s.num_draft_tokens for s in records),
+                "kept_tokens": sum(s.num_draft_tokens if s.author is Author.DRAFT else s.num_kept_tokens
+                                   for s in records)}
 
     @property
     def step_acceptance_rate(self) -> float | None:
@@ -273,6 +281,37 @@ class Trace:
     def from_dict(cls, data: dict[str, Any]) -> "Trace":
         """A trace from :meth:`to_json`'s content, already parsed (older fields: as :meth:`from_json`)."""
         return cls(**{**data, "steps": tuple(StepRecord(**s) for s in data["steps"])})
+
+    @classmethod
+    def chained(cls, question: str, traces: list["Trace"], seconds: float, error: str | None = None) -> "Trace":
+        """An agent task's traces, one per model turn, as one trace: their steps in order,
+        counters summed, the last turn's answer and stop; ``seconds``: the whole task's, tools
+        included. Example: turns of 3 steps (a call), 2 steps (a call) and 4 steps (the
+        answer) chain into 9 steps whose text ends with the answer."""
+        def summed(dicts: list[dict[str, int]]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for d in dicts:
+                for k, v in d.items():
+                    out[k] = out.get(k, 0) + v
+            return out
+
+        spec: dict[str, SpecDecodingStats] = {}
+        for t in traces:
+            for role, d in t.spec_decoding.items():
+                spec.setdefault(role, SpecDecodingStats()).observe(SpecDecodingStats(
+                    d.get("num_spec_tokens", 0), d.get("num_drafts", 0), d.get("num_draft_tokens", 0),
+                    d.get("num_accepted_tokens", 0), list(d.get("num_accepted_tokens_per_pos", []))))
+        last = traces[-1] if traces else None
+        return cls(question=question, strategy=last.strategy if last else "", answer=last.answer if last else None,
+                   steps=tuple(s for t in traces for s in t.steps),
+                   stop_reason=last.stop_reason if last else StopReason.ERROR, seconds=seconds,
+                   spec_decoding={role: s.to_dict() for role, s in spec.items()},
+                   num_generate_calls=summed([t.num_generate_calls for t in traces]),
+                   num_generated_tokens=summed([t.num_generated_tokens for t in traces]),
+                   num_judge_calls=sum(t.num_judge_calls for t in traces),
+                   model_seconds=sum(t.model_seconds for t in traces),
+                   error=error or next((t.error for t in reversed(traces) if t.error), None),
+                   delimiter=last.delimiter if last else "\n\n")
 
 
 def join_steps(steps, delimiter: str = "\n\n") -> str:

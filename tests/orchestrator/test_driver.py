@@ -327,3 +327,23 @@ class _AcceptAll:
 
         return [Verdict(self.name, True, score=9.0) for _ in candidates]
 
+
+
+def test_an_agent_tasks_turns_chain_into_one_trace_with_their_counters_summed():
+    spec = {"num_spec_tokens": 3, "num_drafts": 2, "num_draft_tokens": 6, "num_accepted_tokens": 4,
+            "num_accepted_tokens_per_pos": [2, 1, 1]}
+    call = Trace("q", "specreason", (StepRecord(0, Author.DRAFT, "I look it up.", num_draft_tokens=4),
+                                     StepRecord(1, Author.TARGET, '{"name": "f"}', num_target_tokens=5)),
+                 None, StopReason.ACTION, 2.0, spec_decoding={"target": spec}, num_generate_calls={"target": 1},
+                 num_judge_calls=1, model_seconds=1.5)
+    answer = Trace("q", "specreason", (StepRecord(0, Author.TARGET, "\\boxed{7}", num_target_tokens=3),), "7",
+                   StopReason.ANSWER, 1.0, spec_decoding={"target": spec}, num_generate_calls={"target": 2},
+                   model_seconds=0.5)
+    task = Trace.chained("q", [call, answer], seconds=4.0)
+    assert [s.text for s in task.steps] == ["I look it up.", '{"name": "f"}', "\\boxed{7}"]
+    assert task.text.endswith("\\boxed{7}") and task.answer == "7" and task.stop_reason is StopReason.ANSWER
+    assert task.seconds == 4.0 and task.model_seconds == 2.0 and task.num_judge_calls == 1
+    assert task.num_generate_calls == {"target": 3} and task.num_tokens == 12
+    assert task.spec_decoding["target"]["num_draft_tokens"] == 12
+    assert task.spec_decoding["target"]["num_accepted_tokens_per_pos"] == [4, 2, 2]
+    assert Trace.chained("q", [], 1.0, error="the loop failed").stop_reason is StopReason.ERROR

@@ -109,3 +109,22 @@ def test_hub_source_through_the_datasets_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
     with pytest.raises(DatasetError, match="could not load openai/gsm8k.*no internet.*--data-dir"):
         load_dataset("gsm8k", source="hub")
+
+
+def test_agent_shop_tasks_are_generated_the_same_every_time_and_graded_numerically():
+    from workflows.eval.agent_tasks import shop_task
+
+    dataset = load_dataset("agent-shop")
+    assert dataset.grader == "numeric" and len(dataset.problems) == 200
+    assert load_dataset("agent-shop").problems == dataset.problems  # a resume sees the same tasks
+    for problem in dataset.problems[:20]:
+        task = shop_task(problem.index)
+        assert problem.question == task.question and "get_price" in task.question
+        assert all(item in task.question for item in task.quantities)
+        assert problem.reference == str(sum(task.prices[i] * n for i, n in task.quantities.items()))
+        item = next(iter(task.prices))
+        assert task.price(item.upper() + "s") == f"One {item} costs ${task.prices[item]}."
+    assert "No item called 'spaceship'" in shop_task(0).price("spaceship")
+    assert len({p.question for p in dataset.problems}) == 200
+    with pytest.raises(DatasetError, match="'agent-shop' is generated here"):
+        load_dataset("agent-shop", grader="gsm8k")

@@ -78,7 +78,9 @@ def test_the_openai_sdk_gets_a_drafted_call_as_tool_calls_streamed_or_not():
         assert choice.message.model_extra["reasoning_content"] == CALLING[0]
         stats = reply.model_extra["stepspec"]
         assert stats["stop_reason"] == "action"
-        assert stats["tool_call_steps"] == {"steps": 1, "drafted": 1, "kept": 1, "cut": 0}
+        calls = stats["tool_call_steps"]
+        assert calls == {"steps": 1, "drafted": 1, "kept": 1, "cut": 0, "draft_tokens": calls["kept_tokens"],
+                         "kept_tokens": calls["draft_tokens"]} and calls["draft_tokens"] > 0
         # the template rendered the tools, and the trace continued it
         assert '<|tools|>["multiply", "add"]' in served.draft.prompts[0]
 
@@ -116,7 +118,9 @@ def test_a_drafted_call_that_breaks_its_schema_is_rejected_and_the_target_writes
         reply = ask(url).json()
     (call,) = reply["choices"][0]["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"a": 12, "b": 13}  # the target's call
-    assert reply["stepspec"]["tool_call_steps"] == {"steps": 1, "drafted": 1, "kept": 0, "cut": 1}
+    calls = reply["stepspec"]["tool_call_steps"]
+    assert calls == {"steps": 1, "drafted": 1, "kept": 0, "cut": 1, "draft_tokens": calls["draft_tokens"],
+                     "kept_tokens": 0} and calls["draft_tokens"] > 0  # rejected whole: no drafted token kept
 
 
 def test_an_invalid_call_the_target_writes_is_returned_as_text_with_its_problem():
@@ -246,3 +250,52 @@ def test_a_token_level_verifier_is_asked_to_hold_the_call_step_to_the_targets_ow
     with serving({"stepspec": served}) as url:
         assert ask(url).json()["choices"][0]["finish_reason"] == "tool_calls"
     assert [(c.draft_step, c.exact) for c in served.judge.seen] == [(CALLING[0].strip(), False), (CALLING[1], True)]
+
+
+def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path):
+    """``agent-shop`` task 0 (3 rulers at $37, 6 staplers at $40) by the OpenAI Agents SDK's
+    loop, per arm, one at a time and in a wave: turns, tool calls, prefix-cache counts and the
+    tool-call steps are saved with each sample, and the report has their table."""
+    pytest.importorskip("agents")
+    from workflows.eval.bench import BenchSpec
+    from workflows.eval.bench_run import run_bench
+    from workflows.eval.rundir import read_samples
+    from workflows.serve.agent_workload import solve_agent_task
+
+    turns = (("I look up the rulers first.\n\n", fenced("get_price", item="ruler")),
+             (fenced("get_price", item="stapler"),),
+             ("3 rulers cost 3 * 37 = 111 dollars.\n\n", "6 staplers cost 6 * 40 = 240 dollars.\n\n",
+              "In total she pays \\boxed{351} dollars."))
+    target = agent_script(*turns)
+    spec = BenchSpec(dataset="agent-shop", limit=1, strategies=("target-only", "specreason"),
+                     modes=("throughput", "latency"),
+                     strategy_options={"specreason": {"judge": "score", "first_target_steps": 0}})
+    results = asyncio.run(run_bench(spec, tmp_path / "run", engines=(target, agent_script(*turns)),
+                                    agent_solver=solve_agent_task))
+    assert results.status == "complete"
+    for name in ("target-only", "target-only_throughput", "specreason", "specreason_throughput"):
+        (sample,) = read_samples(tmp_path / "run" / f"samples_agent-shop_{name}.jsonl")
+        assert sample.correct["exact"] and sample.answer == "351", sample.response
+        assert [t.tool_calls for t in sample.agent.turns] == [["get_price"], ["get_price"], []]
+        assert [t.finish_reason for t in sample.agent.turns] == ["tool_calls", "tool_calls", "stop"]
+        prompts = [t.prompt_tokens for t in sample.agent.turns]
+        assert prompts == sorted(prompts) and prompts[0] > 0  # the conversation grows turn by turn
+        roles = {"target", "draft"} if name.startswith("specreason") else {"target"}
+        assert set(sample.agent.prompt_tokens) == roles  # each engine's prompt and cached tokens over the task
+        assert sample.stats.model_extra["tool_call_steps"]["steps"] == 2
+        assert sample.stats.model_extra["tool_call_steps"]["drafted"] == (2 if name.startswith("specreason") else 0)
+        assert sample.stats.num_steps == 6  # the three turns' steps, chained
+    assert "One ruler costs $37." in target.prompts[-1] and "One stapler costs $40." in target.prompts[-1]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Agent tasks" in report and "| specreason | latency | 1 | 3.0 | 2.0 |" in report
+
+
+def test_an_agent_workload_without_its_loop_is_refused_naming_the_way_to_run_it(tmp_path):
+    from workflows.eval.bench import BenchSpec
+    from workflows.eval.bench_run import run_bench
+    from workflows.eval.rundir import BenchError
+
+    spec = BenchSpec(dataset="agent-shop", limit=1, strategies=("target-only",))
+    with pytest.raises(BenchError, match="'agent-shop' is an agent workload.*stepspec bench"):
+        asyncio.run(run_bench(spec, tmp_path / "run", engines=(agent_script(("x",)), None)))
+    assert not (tmp_path / "run").exists()

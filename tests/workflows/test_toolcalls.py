@@ -28,6 +28,9 @@ def calling(**kwargs) -> ToolCalling:
     ('<tool_call>\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}\n</tool_call>', None),  # hermes itself
     ('{"name": "multiply", "arguments": {"a": 2, "b": 3}}', None),  # bare, as the 0.5B sometimes writes
     ('```\n{"name": "multiply", "parameters": {"a": 2, "b": 3}}\n```', None),  # "parameters", a bare fence
+    # bare, then a stray fence and a made-up result; and a doubled opening brace (both the pair's)
+    ('I look it up.\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}\n```\nIt is 6.\n```', "I look it up."),
+    ('{{"name": "multiply", "arguments": {"a": 2, "b": 3}}', None),
 ])
 def test_hermes_json_reads_a_call_in_every_form_the_pair_writes(text, content):
     parsed = calling().parse(text)

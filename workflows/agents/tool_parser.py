@@ -10,9 +10,9 @@ fenced code block holding the same object::
 
 This parser reads the tags first (``hermes`` itself); where there are none, each fenced
 block whose JSON is a call, or a list of calls, is one (``"arguments"``, or
-``"parameters"`` as some models write it); with no fenced block, a text that is all one
-JSON call (the 0.5B sometimes drops the fence). The text before the first call is the
-content. Registered in vLLM's tool-parser registry (:func:`workflows.agents.toolcalls.parser_class`)
+``"parameters"`` as some models write it); with no such block, each line that opens a
+bare JSON call, read to the call's end (the pair sometimes drops the fence, or writes a
+stray fence and text after the call). The text before the first call is the content. Registered in vLLM's tool-parser registry (:func:`workflows.agents.toolcalls.parser_class`)
 under ``hermes_json``, so ``--tool-call-parser hermes_json`` picks it as any vLLM parser.
 
 Worked example: ``"I'll multiply them.\\n\\n```json\\n{\\"name\\": \\"multiply\\", \\"arguments\\":
@@ -39,19 +39,14 @@ class HermesJsonToolParser(Hermes2ProToolParser):
 
     # Where a call begins in a model's text: a tag, a fence opening a JSON call, or a line
     # opening one bare.
-    call_start = r'(?m)<tool_call>|```(?:json|JSON)?\s*[\[{]\s*"name"|^\s*[\[{]\s*"name"\s*:'
+    call_start = r'(?m)<tool_call>|```(?:json|JSON)?\s*[\[{]\s*"name"|^\s*[\[{]\s*\{?\s*"name"\s*:'
 
     def extract_tool_calls(self, model_output, request) -> ExtractedToolCallInformation:
         tagged = super().extract_tool_calls(model_output, request)
         if tagged.tools_called:
             return tagged
         calls, first = [], None
-        blocks = [(b.start(), b.group(1)) for b in FENCED.finditer(model_output)] or [(0, model_output)]
-        for start, body in blocks:  # fenced blocks, or else the whole text as one bare JSON call
-            try:
-                value = json.loads(body)
-            except json.JSONDecodeError:
-                continue
+        for start, value in _fenced(model_output) or _bare(model_output):
             found = [call for item in (value if isinstance(value, list) else [value]) if (call := _call(item))]
             if found:
                 calls += found
@@ -60,6 +55,41 @@ class HermesJsonToolParser(Hermes2ProToolParser):
             return tagged
         content = model_output[:first].strip()
         return ExtractedToolCallInformation(tools_called=True, tool_calls=calls, content=content or None)
+
+
+# A line opening a bare JSON call (or a list of calls), where _bare starts decoding; the
+# pair sometimes doubles the opening brace ("{{"name": ...}}"): the inner object is read.
+BARE = re.compile(r'(?m)^[ \t]*([\[{])\s*(\{)?\s*"name"\s*:')
+
+
+def _fenced(text: str) -> list[tuple[int, object]]:
+    """(where, value) of each fenced block that is JSON holding a call."""
+    out = []
+    for block in FENCED.finditer(text):
+        try:
+            value = json.loads(block.group(1))
+        except json.JSONDecodeError:
+            continue
+        if any(_call(item) for item in (value if isinstance(value, list) else [value])):
+            out.append((block.start(), value))
+    return out
+
+
+def _bare(text: str) -> list[tuple[int, object]]:
+    """(where, value) of each JSON value opening a line, read up to its own end: a call the
+    model wrote without a fence, whatever text follows it."""
+    out, decoder, end = [], json.JSONDecoder(), 0
+    for m in BARE.finditer(text):
+        if m.start(1) < end:
+            continue
+        for start in (m.start(1), m.start(2)) if m.group(2) else (m.start(1),):
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except json.JSONDecodeError:
+                continue
+            out.append((m.start(1), value))
+            break
+    return out
 
 
 def _call(item: object) -> ToolCall | None:

@@ -166,6 +166,7 @@ def bench(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from workflows.eval.bench_run import run_bench
+    from workflows.serve.agent_workload import solve_agent_task
 
     setup_logging(verbose)
     session_modes = None
@@ -186,7 +187,7 @@ def bench(
     with bar:
         # the results file is marked "interrupted" before the engines stop
         results = run_interruptible(lambda: run_bench(bench_spec, run_dir, resume=bool(resume), progress=live,
-                                                      modes=session_modes),
+                                                      modes=session_modes, agent_solver=solve_agent_task),
                                     "every finished problem is saved; continue with "
                                     f"`stepspec bench --resume {run_dir}`")
     _print_results(results, run_dir)

@@ -101,7 +101,8 @@ class BenchSpec(RunSettings):
     """What a benchmark run is: data, arms, and the models, budgets and delimiter every arm
     shares (:class:`orchestrator.config.RunSettings`); saved in its results file."""
 
-    dataset: str = Field("gsm8k", description="gsm8k, aime24, aime25, math500, or a JSONL file.")
+    dataset: str = Field("gsm8k", description="gsm8k, aime24, aime25, math500, a JSONL file, or "
+                         "agent-shop (generated tasks an agent solves with tools, through the serve app).")
     data_dir: str | None = Field(None, description="Folder with the benchmark JSONL files (default: "
                                  "$STEPSPEC_DATA_DIR, then ../shared/data).")
     source: Literal["local", "hub"] = Field("local", description="local files, or hub (Hugging Face, needs internet "

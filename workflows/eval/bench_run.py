@@ -24,10 +24,11 @@ from orchestrator.reasoner import Reasoner
 from orchestrator.run import ReasoningError
 from orchestrator.trace import Trace
 from workflows.eval.bench import BASELINE, BenchSpec, Mode
+from workflows.eval.agent_tasks import TASK_SETS
 from workflows.eval.datasets import Problem, load_dataset, select
 from workflows.eval.graders import Grader, get_grader
 from workflows.eval.report import write_report
-from workflows.eval.results import (ArmInfo, Hardware, Overhead, Results, RunInfo, RunStatus, Sample, Session,
+from workflows.eval.results import (AgentRun, ArmInfo, Hardware, Overhead, Results, RunInfo, RunStatus, Sample, Session,
                                     ThroughputArm, Wave)
 from workflows.eval.summary import summarize_run
 from workflows.eval.rundir import (BenchError, RunFiles, find_results, git_hash, hardware, read_results,
@@ -75,12 +76,32 @@ def arm_info(spec: BenchSpec, label: str, reasoner: Reasoner) -> ArmInfo:
                    target_spec=None if target is None else getattr(target, "speculation", None) or "none")
 
 
+class Solver(Protocol):
+    """How a workload's problem is solved by an arm's reasoner: a data set's question is one
+    trace (:func:`solve_question`); an agent task (:mod:`workflows.eval.agent_tasks`) is a
+    loop of model requests and tool calls (``workflows.serve.agent_workload``), its trace
+    the steps of all its turns."""
+
+    async def __call__(self, reasoner: Reasoner, problem: Problem) -> tuple[Trace, AgentRun | None]: ...
+
+
+async def solve_question(reasoner: Reasoner, problem: Problem) -> tuple[Trace, None]:
+    """The problem's trace; where an engine failed mid-trace, the partial trace is the sample."""
+    try:
+        return (await reasoner.asolve(problem.question)).trace, None
+    except ReasoningError as e:
+        return e.trace, None
+
+
 def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, grader: Grader,
-                  mode: str = "latency", *, session: int) -> Sample:
+                  mode: str = "latency", *, session: int, agent: AgentRun | None = None) -> Sample:
     """One problem solved by one arm (``strategy``: its label), as its samples line holds it;
     ``session``: the run's session that solved it (its index in the results file's sessions)."""
     response = trace.text
     grades = grader.grade(response, problem.reference)
+    stats = trace.stats()
+    if agent is not None:  # a chained trace ends at its answer: its turns' calls are the agent's
+        stats["tool_call_steps"] = agent.tool_call_steps()
     primary = grader.metrics[0]
     return Sample(doc_id=problem.index, strategy=strategy, mode=mode, position=position, session=session,
                   question=problem.question, reference=problem.reference, gold=grader.gold(problem.reference),
@@ -88,7 +109,7 @@ def sample_record(problem: Problem, strategy: str, position: int, trace: Trace, 
                   extracted={m: g.extracted for m, g in grades.items()},
                   correct={m: g.correct for m, g in grades.items()}, seconds=trace.seconds,
                   model_seconds=trace.model_seconds, stop_reason=trace.stop_reason, error=trace.error,
-                  stats=trace.stats(), trace=trace)
+                  stats=stats, trace=trace, agent=agent)
 
 
 def _config_as_run(saved: Results) -> dict[str, Any]:
@@ -101,7 +122,8 @@ def _config_as_run(saved: Results) -> dict[str, Any]:
 
 async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool = False,
                     engines: tuple[Engine, Engine | None] | None = None,
-                    progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None) -> Results:
+                    progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None,
+                    agent_solver: Solver | None = None) -> Results:
     """Run (or resume) a benchmark into ``run_dir``; returns its results file.
 
     ``engines``: (target, draft) to use instead of building vLLM engines from the
@@ -110,8 +132,11 @@ async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool
     the others wait for a later resume, and the run is saved as ``incomplete``. Example:
     a run of both modes whose throughput waves outlast the time at hand resumes with
     ``modes=("latency",)`` to spend it on latency problems, each timed on its own.
+    ``agent_solver``: how an agent workload's task is solved (its agent loop,
+    ``workflows.serve.agent_workload.solve_agent_task``); a data set's question is one trace.
     """
-    run = BenchRun(spec, Path(run_dir), resume=resume, engines=engines, progress=progress, modes=modes)
+    run = BenchRun(spec, Path(run_dir), resume=resume, engines=engines, progress=progress, modes=modes,
+                   agent_solver=agent_solver)
     if not any(run.todo.values()):  # nothing left: the results and report rewritten
         run.run_dir.mkdir(parents=True, exist_ok=True)
         results = run.save(RunStatus.COMPLETE)
@@ -131,7 +156,7 @@ class BenchRun:
 
     def __init__(self, spec: BenchSpec, run_dir: Path, *, resume: bool,
                  engines: tuple[Engine, Engine | None] | None, progress: BenchProgress | None,
-                 modes: tuple[Mode, ...] | None) -> None:
+                 modes: tuple[Mode, ...] | None, agent_solver: Solver | None = None) -> None:
         self.run_dir, self.given, self.progress = run_dir, engines, progress
         self.files, saved, self.spec = _open_run(spec, run_dir, resume)
         # Everything that can be wrong with the spec fails here, before a model is prepared.
@@ -145,6 +170,11 @@ class BenchRun:
                                answer_field=spec.answer_field, grader=spec.grader,
                                skip_bad_lines=spec.skip_bad_lines)
         self.dataset_name = dataset.name
+        if dataset.name in TASK_SETS and agent_solver is None:
+            raise BenchError(f"'{dataset.name}' is an agent workload: an agent loop solves each task through the "
+                             "serve app; run it with `stepspec bench`, or pass run_bench(..., agent_solver="
+                             "workflows.serve.agent_workload.solve_agent_task)")
+        self.solve: Solver = agent_solver if dataset.name in TASK_SETS else solve_question
         self.problems = select(dataset.problems, offset=spec.offset, limit=spec.limit, sample=spec.sample,
                                seed=spec.seed)
         self.grader = get_grader(dataset.grader)
@@ -332,8 +362,8 @@ class BenchRun:
                 if problem.index in done[arm]:
                     continue
                 await self.reset_caches()
-                trace = await _solve(self.latency_reasoners[arm], problem)
-                record = sample_record(problem, arm, position, trace, self.grader, mode="latency",
+                trace, agent = await self.solve(self.latency_reasoners[arm], problem)
+                record = sample_record(problem, arm, position, trace, self.grader, mode="latency", agent=agent,
                                        session=self.session_index)
                 self._record(record, "latency")
                 session.solve_seconds += trace.seconds
@@ -405,8 +435,8 @@ class BenchRun:
         await self.reset_caches()
 
         async def one(problem: Problem) -> None:
-            trace = await _solve(reasoner, problem)
-            sample = sample_record(problem, arm, position, trace, self.grader, mode="throughput",
+            trace, agent = await self.solve(reasoner, problem)
+            sample = sample_record(problem, arm, position, trace, self.grader, mode="throughput", agent=agent,
                                    session=self.session_index)
             self._record(sample, "throughput")
             record.num_solved += 1
@@ -447,14 +477,6 @@ WARM_UP = "What is 2 + 3?"  # a small solve that takes first-call costs off the 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-async def _solve(reasoner: Reasoner, problem: Problem) -> Trace:
-    """The problem's trace; where an engine failed mid-trace, the partial trace is the sample."""
-    try:
-        return (await reasoner.asolve(problem.question)).trace
-    except ReasoningError as e:
-        return e.trace
 
 
 def _open_run(spec: BenchSpec, run_dir: Path, resume: bool) -> tuple[RunFiles, Results | None, BenchSpec]:

@@ -1,4 +1,5 @@
-"""Benchmark problems: GSM8K, AIME 2024/2025 and MATH-500 by name, or any JSONL file.
+"""Benchmark problems: GSM8K, AIME 2024/2025 and MATH-500 by name, or any JSONL file;
+and generated agent tasks (:mod:`workflows.eval.agent_tasks`, ``agent-shop``).
 
 Named sets come from a local data folder, found in order from an explicit
 ``data_dir``, the ``STEPSPEC_DATA_DIR`` environment variable, then
@@ -19,6 +20,8 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from workflows.eval.agent_tasks import TASK_SETS
 
 DATA_ENV = "STEPSPEC_DATA_DIR"
 
@@ -97,12 +100,19 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, source
     """
     if source not in ("local", "hub"):
         raise DatasetError(f"unknown data source '{source}'; choose local or hub")
+    if name in TASK_SETS:
+        if source == "hub" or question_field or answer_field or (grader not in (None, "numeric")):
+            raise DatasetError(f"'{name}' is generated here: it takes no --source hub, field mapping or grader")
+        task, size = TASK_SETS[name]
+        return Dataset(name, f"generated ({name})", "numeric",
+                       tuple(Problem(name, i, t.question, str(t.answer)) for i, t in enumerate(map(task, range(size)))))
     spec = DATASETS.get(name)
     from_file = spec is None
     if from_file:
         path = Path(name)
         if not (name.endswith((".jsonl", ".json")) or path.is_file()):
-            raise DatasetError(f"unknown dataset '{name}': give one of {', '.join(DATASETS)} or a JSONL file path")
+            raise DatasetError(f"unknown dataset '{name}': give one of {', '.join([*DATASETS, *TASK_SETS])} or a "
+                               "JSONL file path")
         if not path.is_file():
             raise DatasetError(f"dataset file {path} not found")
         if source == "hub":

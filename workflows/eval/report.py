@@ -145,6 +145,48 @@ def profile_table(results: Results) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def agent_table(records: dict[str, Records]) -> tuple[list[str], list[list[str]]]:
+    """One row per arm and mode of an agent workload (samples with an ``agent`` loop): turns and
+    tool calls per task, where a task's time goes (means over its tasks), each engine's prompt
+    tokens served from the prefix cache across the turns, and the tool-call steps drafted,
+    kept whole, and their drafted tokens kept."""
+    header = ["arm", "mode", "tasks", "turns / task", "tool calls / task", "prompt tokens / turn", "task s",
+              "requests s", "drafting s", "target writing s", "verification s", "tools s",
+              "prefix cache hit (target, draft)", "tool-call steps drafted / kept / cut", "tool-call tokens kept"]
+    rows = []
+    for mode, by_arm in records.items():
+        for arm, samples in by_arm.items():
+            runs = [(r, r.agent) for r in samples if r.agent is not None]
+            if not runs:
+                continue
+
+            def mean(values: list[float]) -> float:
+                return sum(values) / len(values)
+
+            turns = [t for _, a in runs for t in a.turns]
+            calls: dict[str, int] = {}
+            for _, a in runs:
+                for k, v in a.tool_call_steps().items():
+                    calls[k] = calls.get(k, 0) + v
+            hits = []
+            for role in ("target", "draft"):
+                read = sum(a.prompt_tokens.get(role, {}).get("prompt", 0) for _, a in runs)
+                cached = sum(a.prompt_tokens.get(role, {}).get("cached", 0) for _, a in runs)
+                hits.append(f"{cached / read:.0%}" if read and mode == "latency" else "-")
+            rows.append([arm, mode, str(len(runs)), f"{mean([len(a.turns) for _, a in runs]):.1f}",
+                         f"{mean([a.num_tool_calls for _, a in runs]):.1f}",
+                         f"{mean([t.prompt_tokens for t in turns]):.0f}" if turns else "-",
+                         f"{mean([r.seconds for r, _ in runs]):.1f}",
+                         f"{mean([sum(t.seconds for t in a.turns) for _, a in runs]):.1f}",
+                         *[f"{mean([getattr(r.stats, k) or 0 for r, _ in runs]):.1f}"
+                           for k in ("draft_seconds", "target_seconds", "judge_seconds")],
+                         f"{mean([a.tool_seconds for _, a in runs]):.3f}", " / ".join(hits),
+                         f"{calls.get('drafted', 0)} / {calls.get('kept', 0)} / {calls.get('cut', 0)}",
+                         f"{calls.get('kept_tokens', 0)} of {calls.get('draft_tokens', 0)}"
+                         if calls.get("draft_tokens") else "-"])
+    return header, rows
+
+
 HEADLINE = re.compile(r"(<!-- headline: (?P<runs>[^>]*?) -->\n)(?P<table>.*?)(<!-- /headline -->)", re.S)
 
 
@@ -307,6 +349,17 @@ def _tables(results: Results, latency: Records, throughput: Records) -> list[str
                   "where a strategy's calls overlap). Tokens per second of each author's own time; verified: drafted "
                   "tokens judged per second of verification. Under load (throughput) a trace's seconds include "
                   "waiting for the batch it shares.", ""]
+    agents = agent_table({"latency": latency, "throughput": throughput})
+    if agents[1]:
+        lines += ["## Agent tasks", "", markdown_table(*agents), "",
+                  "Each task is an agent loop through the serve app: a turn is one model request (the conversation "
+                  "so far and the tools in, tool calls or the answer out). Means per task: its wall time (task s), "
+                  "its requests' round trips (requests s; the rest of the task is the agent framework's loop), the "
+                  "draft's and the target's writing and the verification inside them, and the tools. Prefix cache "
+                  "hit: each engine's prompt tokens over the tasks served from its cache (one task at a time only; "
+                  "the cache is reset before each task, so the hits are the turns sharing their conversation). "
+                  "Tool-call steps: the steps holding calls that the draft wrote, kept whole, and cut or rejected; "
+                  "tool-call tokens kept: their drafted tokens in the calls sent.", ""]
     if len(run.problem_ids) > (config.throughput_wave or math.inf) and any(throughput.values()):
         lines += ["## Throughput waves", "", markdown_table(*wave_table(results, throughput)), "",
                   ("Wall s (session): the wave's wall time and the session that timed it (listed below). Lost / "

@@ -57,6 +57,8 @@ class SampleStats(Record):
     num_kept_draft_tokens: int | None = None
     num_backoff_steps: int | None = None
     judge_seconds: float | None = None
+    draft_seconds: float | None = None
+    target_seconds: float | None = None
     num_tokens: int = 0
     num_draft_tokens: int = 0
     num_target_tokens: int = 0
@@ -64,6 +66,39 @@ class SampleStats(Record):
     num_target_calls: int = 0
     num_judge_calls: int = 0
     spec_decoding: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class AgentTurn(Record):
+    """One model request of an agent task, as its client saw it."""
+
+    prompt_tokens: int  # the conversation so far, with the tools, as the served model reads it
+    seconds: float  # the request's round trip
+    finish_reason: str | None = None  # "tool_calls": the turn asked for tools
+    tool_calls: list[str] = Field(default_factory=list)  # the names of the tools it called
+    # its trace's step holding the calls (Trace.tool_call_steps: steps, drafted, kept, cut, tokens)
+    tool_call_steps: dict[str, int] = Field(default_factory=dict)
+
+
+class AgentRun(Record):
+    """An agent task's loop: its turns, its tools' time, and each engine's prompt tokens over
+    the task (``prompt_tokens[role]``: {"prompt": read, "cached": of those, from the prefix
+    cache}; one task at a time only: with tasks in flight together an engine's counts mix)."""
+
+    turns: list[AgentTurn] = Field(default_factory=list)
+    tool_seconds: float = 0.0
+    prompt_tokens: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+    @property
+    def num_tool_calls(self) -> int:
+        return sum(len(t.tool_calls) for t in self.turns)
+
+    def tool_call_steps(self) -> dict[str, int]:
+        """The turns' tool-call steps summed (each turn's trace ends at its call)."""
+        out: dict[str, int] = {}
+        for t in self.turns:
+            for k, v in t.tool_call_steps.items():
+                out[k] = out.get(k, 0) + v
+        return out
 
 
 class Sample(Record):
@@ -88,7 +123,8 @@ class Sample(Record):
     stop_reason: str | None = None
     error: str | None = None
     stats: SampleStats
-    trace: Trace
+    trace: Trace  # an agent task's: the steps of all its turns, in order
+    agent: AgentRun | None = None  # an agent task's loop (agent workloads)
 
     @field_validator("trace", mode="before")
     @classmethod

@@ -86,10 +86,11 @@ class Served:
     requests with their own ``stepspec`` settings run on (the same engines; kept for
     the next request asking the same, with a governor per strategy)."""
 
-    def __init__(self, reasoners: Mapping[str, Reasoner], settings: ServeSettings) -> None:
+    def __init__(self, reasoners: Mapping[str, Reasoner], settings: ServeSettings,
+                 on_trace: Callable[[Trace], None] | None = None) -> None:
         if not reasoners:
             raise ValueError("nothing to serve: give at least one reasoner")
-        self.reasoners, self.settings = dict(reasoners), settings
+        self.reasoners, self.settings, self.on_trace = dict(reasoners), settings, on_trace
         self.in_flight = 0
         self.variants: OrderedDict[str, Reasoner] = OrderedDict()
         self.governors: dict[tuple[str, str], GoodputGovernor] = {
@@ -171,10 +172,18 @@ def _needs_router(strategy: str) -> bool:
     return known is not None and known.needs_router
 
 
-async def _solve(reasoner: Reasoner, turn: Turn, session: str,
+async def _solve(served: Served, reasoner: Reasoner, turn: Turn, session: str,
                  on_step: Callable[[StepRecord], None] | None = None) -> Solution:
     TRACE_SESSION.set(session)  # this task's own context: every engine call of the trace carries it
-    return await reasoner.asolve(turn.question, on_step, rules=turn.rules)
+    try:
+        solution = await reasoner.asolve(turn.question, on_step, rules=turn.rules)
+    except ReasoningError as e:
+        if served.on_trace is not None:
+            served.on_trace(e.trace)
+        raise
+    if served.on_trace is not None:
+        served.on_trace(solution.trace)
+    return solution
 
 
 def _usage(prompt_tokens: int, trace: Trace) -> CompletionUsage:
@@ -201,11 +210,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = ServeSettings(),
-              close: Callable[[], Awaitable[None]] | None = None) -> FastAPI:
+              close: Callable[[], Awaitable[None]] | None = None,
+              on_trace: Callable[[Trace], None] | None = None) -> FastAPI:
     """The FastAPI app serving ``reasoners`` (by model name). Its lifespan starts their
     engines (requests are served once they are up) and closes them at shutdown, then
-    calls ``close`` (what owns engines the reasoners share: a workflow's)."""
-    served = Served(reasoners, settings)
+    calls ``close`` (what owns engines the reasoners share: a workflow's). ``on_trace``
+    hears each request's trace as it ends, a failed one's too (an agent bench reads them)."""
+    served = Served(reasoners, settings, on_trace)
     api_key = settings.api_key()
     parser_class(settings.tool_call_parser)  # an unknown parser fails here, before any engine starts
 
@@ -306,7 +317,7 @@ async def _solved(served: Served, request: Request, reasoner: Reasoner, turn: Tu
     """Solve, watching the client: one that disconnects cancels the trace (and its engine
     requests)."""
     served.admit()
-    task = asyncio.ensure_future(_solve(reasoner, turn, rid))
+    task = asyncio.ensure_future(_solve(served, reasoner, turn, rid))
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=served.settings.disconnect_poll_s)
@@ -338,7 +349,7 @@ def _streamed(served: Served, request: Request, reasoner: Reasoner, turn: Turn, 
     The trace runs as a task; a client that goes away cancels the stream, which cancels it."""
     served.admit()
     queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.ensure_future(_solve(reasoner, turn, rid, queue.put_nowait))
+    task = asyncio.ensure_future(_solve(served, reasoner, turn, rid, queue.put_nowait))
     task.add_done_callback(lambda _: (served.release(), queue.put_nowait(_DONE)))
 
     async def events() -> AsyncIterator[str]:
