@@ -253,7 +253,8 @@ def test_a_token_level_verifier_is_asked_to_hold_the_call_step_to_the_targets_ow
 
 
 def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path):
-    """``agent-shop`` task 0 (3 rulers at $37, 6 staplers at $40) by the OpenAI Agents SDK's
+    """``agent-shop`` task 0 (3 glue sticks at $28, 6 rulers at $24, 4 staplers at $17) by the
+    OpenAI Agents SDK's
     loop, per arm, one at a time and in a wave: turns, tool calls, prefix-cache counts and the
     tool-call steps are saved with each sample, and the report has their table."""
     pytest.importorskip("agents")
@@ -262,10 +263,10 @@ def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path
     from workflows.eval.rundir import read_samples
     from workflows.serve.agent_workload import solve_agent_task
 
-    turns = (("I look up the rulers first.\n\n", fenced("get_price", item="ruler")),
-             (fenced("get_price", item="stapler"),),
-             ("3 rulers cost 3 * 37 = 111 dollars.\n\n", "6 staplers cost 6 * 40 = 240 dollars.\n\n",
-              "In total she pays \\boxed{351} dollars."))
+    turns = (("I look up the glue sticks first.\n\n", fenced("get_price", item="glue stick")),
+             (fenced("get_price", item="rulers"),), (fenced("get_price", item="stapler"),),
+             ("3 glue sticks cost 84 dollars and 6 rulers 144.\n\n", "4 staplers cost 4 * 17 = 68 dollars.\n\n",
+              "In total he pays \\boxed{296} dollars."))
     target = agent_script(*turns)
     spec = BenchSpec(dataset="agent-shop", limit=1, strategies=("target-only", "specreason"),
                      modes=("throughput", "latency"),
@@ -275,19 +276,20 @@ def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path
     assert results.status == "complete"
     for name in ("target-only", "target-only_throughput", "specreason", "specreason_throughput"):
         (sample,) = read_samples(tmp_path / "run" / f"samples_agent-shop_{name}.jsonl")
-        assert sample.correct["exact"] and sample.answer == "351", sample.response
-        assert [t.tool_calls for t in sample.agent.turns] == [["get_price"], ["get_price"], []]
-        assert [t.finish_reason for t in sample.agent.turns] == ["tool_calls", "tool_calls", "stop"]
+        assert sample.correct["exact"] and sample.answer == "296", sample.response
+        assert [t.tool_calls for t in sample.agent.turns] == [["get_price"]] * 3 + [[]]
+        assert [t.finish_reason for t in sample.agent.turns] == ["tool_calls"] * 3 + ["stop"]
         prompts = [t.prompt_tokens for t in sample.agent.turns]
         assert prompts == sorted(prompts) and prompts[0] > 0  # the conversation grows turn by turn
         roles = {"target", "draft"} if name.startswith("specreason") else {"target"}
         assert set(sample.agent.prompt_tokens) == roles  # each engine's prompt and cached tokens over the task
-        assert sample.stats.model_extra["tool_call_steps"]["steps"] == 2
-        assert sample.stats.model_extra["tool_call_steps"]["drafted"] == (2 if name.startswith("specreason") else 0)
-        assert sample.stats.num_steps == 6  # the three turns' steps, chained
-    assert "One ruler costs $37." in target.prompts[-1] and "One stapler costs $40." in target.prompts[-1]
+        assert sample.stats.model_extra["tool_call_steps"]["steps"] == 3
+        assert sample.stats.model_extra["tool_call_steps"]["drafted"] == (3 if name.startswith("specreason") else 0)
+        assert sample.stats.num_steps == 7  # the four turns' steps, chained
+    assert all(f"One {item} costs ${price}." in target.prompts[-1]
+               for item, price in (("glue stick", 28), ("ruler", 24), ("stapler", 17)))  # "rulers" read too
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "## Agent tasks" in report and "| specreason | latency | 1 | 3.0 | 2.0 |" in report
+    assert "## Agent tasks" in report and "| specreason | latency | 1 | 4.0 | 3.0 |" in report
 
 
 def test_an_agent_workload_without_its_loop_is_refused_naming_the_way_to_run_it(tmp_path):

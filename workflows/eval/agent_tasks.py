@@ -1,26 +1,25 @@
 """Generated agent tasks: problems a model can only solve by calling tools.
 
-``agent-shop``: a shopper buys a few items in given quantities; the unit prices are not
-in the question, only behind a ``get_price`` tool (a ``calculator`` tool helps with the
-sum). A task is solved when the final answer is the total. Each task is generated from
-its index alone (a seeded random generator), so a run, its resume and a later reader see
-the same prices; no task comes from a data set anyone trained or tuned on. The question
-itself names the tool: the task is the user's message, with no system prompt (the bundled
-pair calls the tool on such a message, and reasons its way around it under a system prompt
-asking for tools).
+``agent-shop``: a shopper buys three items in given quantities; the unit prices are not
+in the question, only behind a ``get_price`` tool. A task is solved when the final answer
+is the total. Each task is generated from its index alone (a seeded random generator), so
+a run, its resume and a later reader see the same prices; no task comes from a data set
+anyone trained or tuned on. The question itself names the tool: the task is the user's
+message, with no system prompt (the bundled pair calls the tool on such a message, and
+reasons its way around it under a system prompt asking for tools).
 
 Worked example (task 0)::
 
     >>> task = shop_task(0)
-    >>> task.question[:68]
-    'Lena buys 3 rulers and 6 staplers at the school store. Look up the p'
+    >>> task.question[:73]
+    'Diego buys 3 glue sticks, 6 rulers and 4 staplers at the school store. Lo'
     >>> task.prices
-    {'ruler': 37, 'stapler': 40}
-    >>> task.answer  # 3 * 37 + 6 * 40
-    351
+    {'glue stick': 28, 'ruler': 24, 'stapler': 17}
+    >>> task.answer  # 3 * 28 + 6 * 24 + 4 * 17
+    296
 
-The model's loop: call ``get_price("ruler")``, read "$37", call ``get_price("stapler")``,
-read "$40", compute (or call ``calculator("3*37 + 6*40")``), answer ``\\boxed{351}``.
+The model's loop: call ``get_price("glue stick")`` and read "One glue stick costs $28.",
+likewise the ruler and the stapler (a turn each), then reason to the total, 296.
 """
 
 from __future__ import annotations
@@ -62,14 +61,14 @@ def _plural(item: str, n: int) -> str:
 
 
 def shop_task(index: int) -> ShopTask:
-    """Task ``index`` of ``agent-shop``: two or three items, quantities 2-9, prices $2-$40."""
+    """Task ``index`` of ``agent-shop``: three items, quantities 2-9, prices $2-$40."""
     rng = random.Random(f"agent-shop-{index}")
-    items = rng.sample(ITEMS, rng.choice((2, 2, 3)))
+    items = rng.sample(ITEMS, 3)
     quantities = {item: rng.randint(2, 9) for item in items}
     prices = {item: rng.randint(2, 40) for item in items}
     name, pronoun = rng.choice(NAMES)
     bought = [_plural(item, n) for item, n in quantities.items()]
-    listing = " and ".join(bought) if len(bought) == 2 else f"{bought[0]}, {bought[1]} and {bought[2]}"
+    listing = f"{bought[0]}, {bought[1]} and {bought[2]}"
     question = (f"{name} buys {listing} at the school store. Look up the prices with the get_price tool. How "
                 f"much does {pronoun} pay in total, in dollars?")
     return ShopTask(index, question, prices, quantities)

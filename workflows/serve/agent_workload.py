@@ -9,17 +9,16 @@ out. Each turn is one trace on the server; the task's trace chains them
 keeps what the client saw: each turn's prompt tokens and round trip, the tools' time, and
 each engine's prompt tokens over the task with those the prefix cache served.
 
-Worked example (``agent-shop`` task 0, three turns): turn 1 reads 400 prompt tokens and
-calls ``get_price("stapler")``; turn 2 reads 440 (the call and its result added; the
-first 400 come from the prefix cache) and calls ``get_price("ruler")``; turn 3 reads 480
-and answers ``\\boxed{75}``.
+Worked example (``agent-shop`` task 0, four turns): turn 1 reads 238 prompt tokens and
+calls ``get_price("glue stick")``; turn 2 reads 285 (the call and its result added; the
+first 238 can come from the prefix cache) and calls ``get_price("ruler")``; turn 3 calls
+``get_price("stapler")``; turn 4 reasons from the three prices to the total.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import httpx
 
@@ -28,7 +27,6 @@ from orchestrator.trace import Trace
 from workflows.eval.agent_tasks import TASK_SETS
 from workflows.eval.datasets import Problem
 from workflows.eval.results import AgentRun, AgentTurn
-from workflows.examples.tools import calculator as calculate
 from workflows.serve.app import build_app
 
 SERVED_NAME = "stepspec"
@@ -64,29 +62,14 @@ async def solve_agent_task(reasoner: Reasoner, problem: Problem) -> tuple[Trace,
             tool_call_steps=(body.get("stepspec") or {}).get("tool_call_steps") or {},
             tool_calls=[c["function"]["name"] for c in (choice.get("message") or {}).get("tool_calls") or []]))
 
-    def timed(tool: Any) -> Any:
-        def call(*args: Any) -> str:
-            t0 = time.perf_counter()
-            try:
-                return tool(*args)
-            finally:
-                run.tool_seconds += time.perf_counter() - t0
-        return call
-
     @agents.function_tool
     def get_price(item: str) -> str:
         """The price of one unit of an item in the store, in dollars."""
-        return timed(task.price)(item)
-
-    @agents.function_tool
-    def calculator(expression: str) -> str:
-        """Evaluate an arithmetic expression with numbers, + - * / ( ) and parentheses."""
-        def evaluate(text: str) -> str:
-            try:
-                return str(calculate(text))
-            except Exception as e:  # noqa: BLE001 - the model reads the error, as from any tool
-                return f"error: {e}"
-        return timed(evaluate)(expression)
+        t0 = time.perf_counter()
+        try:
+            return task.price(item)
+        finally:
+            run.tool_seconds += time.perf_counter() - t0
 
     agents.set_tracing_disabled(True)  # the SDK would export its traces to OpenAI
     app = build_app({SERVED_NAME: reasoner}, on_trace=traces.append)
@@ -96,7 +79,7 @@ async def solve_agent_task(reasoner: Reasoner, problem: Problem) -> tuple[Trace,
                              event_hooks={"request": [sent], "response": [answered]})
     client = AsyncOpenAI(base_url="http://stepspec/v1", api_key="none", max_retries=0, http_client=http)
     model = agents.OpenAIChatCompletionsModel(model=SERVED_NAME, openai_client=client)
-    agent = agents.Agent(name=problem.dataset, tools=[get_price, calculator], model=model)  # the task is the prompt
+    agent = agents.Agent(name=problem.dataset, tools=[get_price], model=model)  # the task is the prompt
     t0 = time.perf_counter()
     error = None
     try:
