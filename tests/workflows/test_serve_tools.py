@@ -254,9 +254,9 @@ def test_a_token_level_verifier_is_asked_to_hold_the_call_step_to_the_targets_ow
 
 def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path):
     """``agent-shop`` task 0 (3 glue sticks at $28, 6 rulers at $24, 4 staplers at $17) by the
-    OpenAI Agents SDK's
-    loop, per arm, one at a time and in a wave: turns, tool calls, prefix-cache counts and the
-    tool-call steps are saved with each sample, and the report has their table."""
+    OpenAI Agents SDK's loop, per arm, one at a time and in a wave: turns, tool calls,
+    prefix-cache counts and the tool-call steps are saved with each sample, and the report
+    has their table."""
     pytest.importorskip("agents")
     from workflows.eval.bench import BenchSpec
     from workflows.eval.bench_run import run_bench
