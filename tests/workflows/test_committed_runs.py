@@ -103,6 +103,10 @@ def test_committed_bench_samples_load_and_serialize_back():
                 assert {k: new[k] for k in old} == old, path
             exact += again == saved
             stats = json.loads(json.dumps(trace.stats()))
+            if record.get("agent"):  # an agent task's trace chains its turns: their calls are the turns' own
+                turns = [t["tool_call_steps"] for t in record["agent"]["turns"]]
+                assert record["stats"].pop("tool_call_steps") == {k: sum(t.get(k, 0) for t in turns)
+                                                                  for k in {k for t in turns for k in t}}, path
             assert {k: stats[k] for k in record["stats"] if k in stats} == {
                 k: v for k, v in record["stats"].items() if k in stats}, path
             assert isinstance(trace.stop_reason, StopReason) and all(isinstance(s.author, Author) for s in trace.steps)
