@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from common.counts import summed
 from engine.stats import SpecDecodingStats
 
 
@@ -288,13 +289,6 @@ class Trace:
         counters summed, the last turn's answer and stop; ``seconds``: the whole task's, tools
         included. Example: turns of 3 steps (a call), 2 steps (a call) and 4 steps (the
         answer) chain into 9 steps whose text ends with the answer."""
-        def summed(dicts: list[dict[str, int]]) -> dict[str, int]:
-            out: dict[str, int] = {}
-            for d in dicts:
-                for k, v in d.items():
-                    out[k] = out.get(k, 0) + v
-            return out
-
         spec: dict[str, SpecDecodingStats] = {}
         for t in traces:
             for role, d in t.spec_decoding.items():

@@ -12,7 +12,8 @@ This parser reads the tags first (``hermes`` itself); where there are none, each
 block whose JSON is a call, or a list of calls, is one (``"arguments"``, or
 ``"parameters"`` as some models write it); with no such block, each line that opens a
 bare JSON call, read to the call's end (the pair sometimes drops the fence, or writes a
-stray fence and text after the call). The text before the first call is the content. Registered in vLLM's tool-parser registry (:func:`workflows.agents.toolcalls.parser_class`)
+stray fence and text after the call). The text before the first call is the content.
+Registered in vLLM's tool-parser registry (:func:`workflows.agents.toolcalls.parser_class`)
 under ``hermes_json``, so ``--tool-call-parser hermes_json`` picks it as any vLLM parser.
 
 Worked example: ``"I'll multiply them.\\n\\n```json\\n{\\"name\\": \\"multiply\\", \\"arguments\\":
@@ -45,14 +46,10 @@ class HermesJsonToolParser(Hermes2ProToolParser):
         tagged = super().extract_tool_calls(model_output, request)
         if tagged.tools_called:
             return tagged
-        calls, first = [], None
-        for start, value in _fenced(model_output) or _bare(model_output):
-            found = [call for item in (value if isinstance(value, list) else [value]) if (call := _call(item))]
-            if found:
-                calls += found
-                first = start if first is None else first
-        if not calls:
+        found = _holding_calls(_fenced(model_output)) or _holding_calls(_bare(model_output))
+        if not found:
             return tagged
+        first, calls = found[0][0], [call for _, in_value in found for call in in_value]
         content = model_output[:first].strip()
         return ExtractedToolCallInformation(tools_called=True, tool_calls=calls, content=content or None)
 
@@ -62,16 +59,24 @@ class HermesJsonToolParser(Hermes2ProToolParser):
 BARE = re.compile(r'(?m)^[ \t]*([\[{])\s*(\{)?\s*"name"\s*:')
 
 
+def _holding_calls(values: list[tuple[int, object]]) -> list[tuple[int, list[ToolCall]]]:
+    """(where, its calls) of each JSON value that is a call or a list holding calls."""
+    out = []
+    for start, value in values:
+        calls = [call for item in (value if isinstance(value, list) else [value]) if (call := _call(item))]
+        if calls:
+            out.append((start, calls))
+    return out
+
+
 def _fenced(text: str) -> list[tuple[int, object]]:
-    """(where, value) of each fenced block that is JSON holding a call."""
+    """(where, value) of each fenced block that is JSON."""
     out = []
     for block in FENCED.finditer(text):
         try:
-            value = json.loads(block.group(1))
+            out.append((block.start(), json.loads(block.group(1))))
         except json.JSONDecodeError:
             continue
-        if any(_call(item) for item in (value if isinstance(value, list) else [value])):
-            out.append((block.start(), value))
     return out
 
 

@@ -28,8 +28,8 @@ from workflows.eval.agent_tasks import TASK_SETS
 from workflows.eval.datasets import Problem, load_dataset, select
 from workflows.eval.graders import Grader, get_grader
 from workflows.eval.report import write_report
-from workflows.eval.results import (AgentRun, ArmInfo, Hardware, Overhead, Results, RunInfo, RunStatus, Sample, Session,
-                                    ThroughputArm, Wave)
+from workflows.eval.results import (AgentRun, ArmInfo, Hardware, Overhead, Results, RunInfo, RunStatus, Sample,
+                                    Session, ThroughputArm, Wave)
 from workflows.eval.summary import summarize_run
 from workflows.eval.rundir import (BenchError, RunFiles, find_results, git_hash, hardware, read_results,
                                    read_samples, versions)

@@ -104,8 +104,9 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, source
         if source == "hub" or question_field or answer_field or (grader not in (None, "numeric")):
             raise DatasetError(f"'{name}' is generated here: it takes no --source hub, field mapping or grader")
         task, size = TASK_SETS[name]
+        tasks = [task(i) for i in range(size)]
         return Dataset(name, f"generated ({name})", "numeric",
-                       tuple(Problem(name, i, t.question, str(t.answer)) for i, t in enumerate(map(task, range(size)))))
+                       tuple(Problem(name, t.index, t.question, str(t.answer)) for t in tasks))
     spec = DATASETS.get(name)
     from_file = spec is None
     if from_file:

@@ -7,6 +7,9 @@ import json
 import math
 import re
 from pathlib import Path
+from statistics import fmean
+
+from common.counts import summed
 
 from workflows.eval.plots import write_plots
 from workflows.eval.results import ArmSummary, Results, RunConfig
@@ -160,27 +163,21 @@ def agent_table(records: dict[str, Records]) -> tuple[list[str], list[list[str]]
             if not runs:
                 continue
 
-            def mean(values: list[float]) -> float:
-                return sum(values) / len(values)
-
             turns = [t for _, a in runs for t in a.turns]
-            calls: dict[str, int] = {}
-            for _, a in runs:
-                for k, v in a.tool_call_steps().items():
-                    calls[k] = calls.get(k, 0) + v
+            calls = summed(a.tool_call_steps() for _, a in runs)
             hits = []
             for role in ("target", "draft"):
                 read = sum(a.prompt_tokens.get(role, {}).get("prompt", 0) for _, a in runs)
                 cached = sum(a.prompt_tokens.get(role, {}).get("cached", 0) for _, a in runs)
                 hits.append(f"{cached / read:.0%}" if read and mode == "latency" else "-")
-            rows.append([arm, mode, str(len(runs)), f"{mean([len(a.turns) for _, a in runs]):.1f}",
-                         f"{mean([a.num_tool_calls for _, a in runs]):.1f}",
-                         f"{mean([t.prompt_tokens for t in turns]):.0f}" if turns else "-",
-                         f"{mean([r.seconds for r, _ in runs]):.1f}",
-                         f"{mean([sum(t.seconds for t in a.turns) for _, a in runs]):.1f}",
-                         *[f"{mean([getattr(r.stats, k) or 0 for r, _ in runs]):.1f}"
+            rows.append([arm, mode, str(len(runs)), f"{fmean([len(a.turns) for _, a in runs]):.1f}",
+                         f"{fmean([a.num_tool_calls for _, a in runs]):.1f}",
+                         f"{fmean([t.prompt_tokens for t in turns]):.0f}" if turns else "-",
+                         f"{fmean([r.seconds for r, _ in runs]):.1f}",
+                         f"{fmean([sum(t.seconds for t in a.turns) for _, a in runs]):.1f}",
+                         *[f"{fmean([getattr(r.stats, k) or 0 for r, _ in runs]):.1f}"
                            for k in ("draft_seconds", "target_seconds", "judge_seconds")],
-                         f"{mean([a.tool_seconds for _, a in runs]):.3f}", " / ".join(hits),
+                         f"{fmean([a.tool_seconds for _, a in runs]):.3f}", " / ".join(hits),
                          f"{calls.get('drafted', 0)} / {calls.get('kept', 0)} / {calls.get('cut', 0)}",
                          f"{calls.get('kept_tokens', 0)} of {calls.get('draft_tokens', 0)}"
                          if calls.get("draft_tokens") else "-"])

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from common.counts import summed
 from orchestrator.trace import StepRecord, Trace
 
 
@@ -94,11 +95,7 @@ class AgentRun(Record):
 
     def tool_call_steps(self) -> dict[str, int]:
         """The turns' tool-call steps summed (each turn's trace ends at its call)."""
-        out: dict[str, int] = {}
-        for t in self.turns:
-            for k, v in t.tool_call_steps.items():
-                out[k] = out.get(k, 0) + v
-        return out
+        return summed(t.tool_call_steps for t in self.turns)
 
 
 class Sample(Record):
