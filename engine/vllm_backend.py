@@ -481,10 +481,16 @@ class VLLMEngine:
         serves from the prefix cache hold garbage (and detokenizing them crashed vLLM
         0.32), so requests go with ``detokenize=False`` and only continuation positions
         past the cached part are read. The token at prompt index ``t`` is scored by the
-        logits at ``t - 1``, which exist when ``t - 1 >= num_cached_tokens``. A request
-        whose cache hit reaches into the continuation (rare: a block-aligned prefix, or a
-        continuation scored before, or text the target itself wrote after this prefix) is
-        scored again without reading the cache.
+        logits at ``t - 1``, which exist when ``t - 1 >= num_cached_tokens``. Where the cache
+        hit reaches into the continuation (a block-aligned prefix; text the target wrote
+        after this prefix before, as an agent repeating a call does) the hidden positions
+        are filled by one-token requests, see :meth:`_hidden_positions`.
+
+        Example: a 6,500-token prefix of 16-token blocks, a 40-token continuation whose first
+        20 tokens the target wrote before. vLLM serves 6,512 tokens from the cache, computes
+        the rest and returns garbage for indices up to 6,512; continuation tokens 0-12
+        (indices 6,500-6,512) are scored by 13 one-token requests on ``ids[:t]`` (each reads
+        the cache and computes at most one block), tokens 13-39 by the prefill.
         """
         await self.start()
         prefixes = [self._prompt_ids(r.prefix) for r in requests]
@@ -498,31 +504,51 @@ class VLLMEngine:
                     f"engine '{self.name}': prefix + continuation is {len(ids)} tokens but max_model_len is "
                     f"{self.max_model_len}; score a shorter continuation or raise max_model_len for this engine")
         t0 = time.perf_counter()
-        outs = await asyncio.gather(*(self._run_one(ids, self._scoring_params(r.top_k, read_cache=True))
+        outs = await asyncio.gather(*(self._run_one(ids, self._scoring_params(r.top_k))
                                       for ids, r in zip(full, requests)))
-        stale = [i for i, (out, ids) in enumerate(zip(outs, prefixes)) if (out.num_cached_tokens or 0) > len(ids) - 1]
-        if stale:
-            again = await asyncio.gather(*(self._run_one(full[i], self._scoring_params(requests[i].top_k, False))
-                                           for i in stale))
-            for i, out in zip(stale, again):
-                outs[i] = out
+        hidden = await asyncio.gather(*(self._hidden_positions(ids, len(prefix), out.num_cached_tokens or 0, r.top_k)
+                                        for ids, prefix, out, r in zip(full, prefixes, outs, requests)))
         seconds = time.perf_counter() - t0
-        results = [self._continuation_scores(out, len(ids), r) for out, ids, r in zip(outs, prefixes, requests)]
+        results = [self._continuation_scores(out, len(ids), r, h)
+                   for out, ids, r, h in zip(outs, prefixes, requests, hidden)]
         self._stats.observe_call(num_requests=len(results), num_prompt_tokens=sum(len(ids) for ids in full),
                                  num_cached_prompt_tokens=sum(r.num_cached_prompt_tokens or 0 for r in results),
                                  num_output_tokens=len(results), seconds=seconds)
         return results
 
+    async def _hidden_positions(self, ids: list[int], num_prefix: int, num_cached: int, top_k: int) -> list[Any]:
+        """The logprob entries of the continuation tokens the prefix cache hid, in order.
+
+        Index ``t`` (``num_prefix <= t <= num_cached``) is hidden: its logits at ``t - 1`` came
+        from the cache. A one-token request on ``ids[:t]`` computes them afresh (vLLM always
+        computes a prompt's last position); ``allowed_token_ids=[ids[t]]`` makes ``ids[t]``
+        the sampled token, whose raw logprob and rank vLLM returns beside the top ``top_k``
+        (raw: taken before the allowed-ids mask). Scoring the whole prompt again without the
+        cache would cost a prefill of every prefix token instead.
+        """
+        end = min(num_cached, len(ids) - 1)
+        if end < num_prefix:
+            return []
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        outs = await asyncio.gather(*(
+            self._run_one(ids[:t], SamplingParams(max_tokens=1, temperature=0.0, logprobs=top_k, detokenize=False,
+                                                  allowed_token_ids=[ids[t]], output_kind=RequestOutputKind.FINAL_ONLY))
+            for t in range(num_prefix, end + 1)))
+        return [out.outputs[0].logprobs[0] for out in outs]
+
     @staticmethod
-    def _scoring_params(top_k: int, read_cache: bool):
+    def _scoring_params(top_k: int):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False,
-                              skip_reading_prefix_cache=not read_cache, output_kind=RequestOutputKind.FINAL_ONLY)
+                              skip_reading_prefix_cache=False, output_kind=RequestOutputKind.FINAL_ONLY)
 
-    def _continuation_scores(self, out: Any, num_prefix: int, request: ContinuationRequest) -> ContinuationScores:
-        positions = (out.prompt_logprobs or [])[num_prefix:]
+    def _continuation_scores(self, out: Any, num_prefix: int, request: ContinuationRequest,
+                             hidden: Sequence[Any] = ()) -> ContinuationScores:
+        positions = list(hidden) + (out.prompt_logprobs or [])[num_prefix + len(hidden):]
         if len(positions) != len(request.continuation) or any(p is None for p in positions):
             raise EngineError(f"engine '{self.name}': vLLM returned {len(positions)} prompt-logprob positions for "
                               f"a continuation of {len(request.continuation)} tokens")

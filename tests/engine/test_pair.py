@@ -215,7 +215,7 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     request = ContinuationRequest(prompt, drafted.completion.token_ids, top_k=5)
     # only the prompt cached: the target's own greedy text, cached by the runs above,
     # would share blocks with the draft's and reach into the continuation (then the
-    # engine rightly scores it again without the cache)
+    # positions it hides are scored one token each, as test_vllm_backend checks)
     runner.run(target.reset_caches())
     runner.run(target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=1))]))
     (cached,) = runner.run(target.score_continuations([request]))

@@ -252,6 +252,37 @@ def test_continuation_scores_read_the_prefix_cache_and_equal_a_cache_free_comput
     assert any(t.rank > 1 for t in cached[1].tokens)
 
 
+def test_continuation_positions_the_cache_hides_are_scored_without_a_prefill_of_the_prefix(base, runner):
+    """Text the engine wrote after a prefix is cached past the prefix, so vLLM's prompt
+    logprobs of its first tokens are garbage; those positions are computed afresh, one token
+    each, and the scores equal a computation with nothing cached."""
+    from engine.types import ContinuationRequest
+
+    prefix = PROMPTS[1] * 3
+    (gen,) = runner.run(base.generate([GenerationRequest(prefix, greedy(40))]))
+    written = gen.completion.token_ids
+    requests = [ContinuationRequest(prefix, written, top_k=3),  # all of it written before
+                ContinuationRequest(prefix, written[:30] + tuple(reversed(written[30:])), top_k=3)]
+    before = base.stats()
+    cached = runner.run(base.score_continuations(requests))
+    after = base.stats()
+    num_prefix = gen.num_prompt_tokens
+    assert cached[0].num_cached_prompt_tokens > num_prefix + 8  # the hit reaches into the continuation
+    # the hidden positions cost one-token requests on cached prompts, not a prefill of the prefix
+    assert after.num_prompt_tokens - before.num_prompt_tokens > 2 * num_prefix
+    assert (after.num_prompt_tokens - after.num_cached_prompt_tokens) - (
+        before.num_prompt_tokens - before.num_cached_prompt_tokens) < num_prefix
+    runner.run(base.reset_caches())
+    fresh = runner.run(base.score_continuations(requests))
+    for got, want, r in zip(cached, fresh, requests):
+        assert [t.token_id for t in got.tokens] == [t.token_id for t in want.tokens] == list(r.continuation)
+        for a, b in zip(got.tokens, want.tokens):
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-4) and a.rank == b.rank
+            assert [t for t, _ in a.top] == [t for t, _ in b.top]
+    assert all(t.rank == 1 for t in cached[0].tokens)
+    assert any(t.rank > 1 for t in cached[1].tokens[30:])
+
+
 def test_a_continuation_past_the_context_window_is_a_clear_error(base, runner):
     from engine.types import ContinuationRequest
 
