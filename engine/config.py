@@ -242,9 +242,9 @@ class EnginePair(_Config):
                         "URL: the model name its server serves).")
     draft: str | None = Field(BUNDLED_DRAFT, description="Draft model: preset, local path or hub id (with a draft "
                               "URL: the model name its server serves).")
-    # Defaults measured on the bundled pair (benchmarks/measured/engines_cpu, `make bench-engines`):
-    # the 0.5B decodes fastest with suffix decoding (24.4 tok/s; none 16.4, ngram 14.7); the
-    # target's method depends on what the strategy has it do (orchestrator.strategies.Strategy.target_spec).
+    # Defaults chosen on the bundled pair in engines_cpu: the 0.5B decodes fastest with suffix
+    # decoding; the target's method depends on what the strategy has it do
+    # (orchestrator.strategies.Strategy.target_spec).
     target_spec: str = Field(AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
                              "strategy's own: draft where the target writes most of the trace, suffix where it "
                              "mostly verifies drafted steps), none, ngram, suffix, draft (the draft model drafts "

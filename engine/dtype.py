@@ -4,7 +4,7 @@
 
 * On a GPU, vLLM's own choice (``auto``: bfloat16 or float16 for a float32 checkpoint).
 * On a CPU without native bf16 (no ``avx512_bf16`` and no ``amx_bf16`` flag), float32:
-  bf16 is emulated there, and its prefill was measured several times slower.
+  bf16 is emulated there, and slower.
 * On a CPU with native bf16, bfloat16 *if a short timed probe confirms it*: the model's
   MLP matrices (its own ``hidden_size`` x ``intermediate_size``) multiplied in float32 and
   in bfloat16 by vLLM's own CPU GEMM (the oneDNN or sgl kernel its linear layers use), one
@@ -14,10 +14,10 @@
   (CPU model, matrix shape, torch version): its result is cached in ``dtype_probe.json``
   beside the prepared models.
 
-Worked example: on an "Intel Xeon Processor" with ``amx_bf16`` the probe of the 1.5B's
-shape (1536 x 8960) read decode 1.8x and prefill 5.9x faster in bfloat16: ``auto`` is
-bfloat16, and :class:`DtypeChoice` says so in the run log and every bench report. On an
-AMD EPYC without the flags no probe runs: float32.
+Worked example: on a CPU with ``amx_bf16`` the probe multiplies the 1.5B's shape
+(1536 x 8960) both ways; if bfloat16 reads both the one-row and the 256-row product at least
+:data:`MIN_GAIN` times faster, ``auto`` is bfloat16, and :class:`DtypeChoice` says so in the
+run log and every bench report. On a CPU without the flags no probe runs: float32.
 
 Importing this module imports neither vLLM nor torch.
 """

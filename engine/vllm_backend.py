@@ -94,8 +94,8 @@ class VLLMEngine:
     * ``dtype``: ``"auto"`` picks the fastest dtype on this machine, by measurement on a
       CPU (:mod:`engine.dtype`; :attr:`dtype_choice` says which and why once started).
     * ``speculative_config``: passed to vLLM as it is.
-    * ``enforce_eager``: ``None`` picks eager mode on the CPU build (measured on the
-      1.5B: start 48 s instead of 140 s for a 4% slower decode) and torch.compile
+    * ``enforce_eager``: ``None`` picks eager mode on the CPU build (torch.compile's start
+      costs more there than its faster decode returns: ``engines_cpu``) and torch.compile
       with CUDA graphs on a GPU.
     * ``engine_args``: any other vLLM engine argument, passed through.
     * ``llm``: an ``AsyncLLM`` made elsewhere (or a stand-in with its surface: ``generate``,
@@ -266,8 +266,8 @@ class VLLMEngine:
         if self._llm is not None:
             self._stats.peak_rss_bytes, _ = process_memory(self._llm)
             llm, self._llm = self._llm, None
-            # The engine core stops its worker first (vLLM's worker grace is 5 s, then a
-            # SIGTERM), so a longer wait than vLLM's 5 s lets it exit by itself instead of
+            # The engine core stops its worker first (vLLM's worker grace period, then a
+            # SIGTERM), so a wait longer than vLLM's grace period lets it exit by itself instead of
             # being force-killed. In a thread, so a reasoner's engines stop side by side;
             # the output handler stops first, or it would report the dying engine as an error.
             if (handler := getattr(llm, "output_handler", None)) is not None:

@@ -22,8 +22,8 @@ def is_cpu_build() -> bool:
 def allowed_cpus() -> str:
     """The cores this process may run on, as ``VLLM_CPU_OMP_THREADS_BIND`` reads them: "0,1";
     under ``taskset -c 2,3`` (or any affinity mask) "2,3", not the first cores of the machine.
-    Binding OpenMP threads to every allowed core measured ~1.6x faster than vLLM's "auto"
-    binding on a 2-core machine."""
+    Binding OpenMP threads to every allowed core ran faster than vLLM's "auto" binding on a
+    2-core machine (``engines_cpu``)."""
     return ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
 
 
@@ -43,7 +43,7 @@ def intel_openmp_preloaded(engine_name: str):
 
     vLLM's CPU build spawns (never forks) the processes that run the model, so they start
     from this environment and load Intel OpenMP ahead of torch's libgomp, as vLLM's CPU worker
-    asks; measured here 1.1-1.3x on token-level speculation. Only the engine's processes: the
+    asks (faster on token-level speculation: ``engines_cpu``). Only the engine's processes: the
     caller's environment is restored as soon as they are started (inside ``AsyncLLM``'s
     constructor, which blocks the event loop, so no other engine starts meanwhile).
     """
@@ -52,7 +52,7 @@ def intel_openmp_preloaded(engine_name: str):
     if preload is None:
         if "libiomp" not in (before or ""):
             logger.warning(
-                "engine '%s': %s is missing, so vLLM runs with libgomp (1.1-1.3x slower on token-level "
+                "engine '%s': %s is missing, so vLLM runs with libgomp (slower on token-level "
                 "speculation); `pip install intel-openmp` into this environment", engine_name, INTEL_OPENMP,
             )
         yield

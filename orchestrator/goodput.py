@@ -34,17 +34,16 @@ the governor measures instead of guessing a count:
   policy's own choice, with the question's prefill) are no samples and belong to
   no regime: they run in either, as new problems arrive.
 
-Worked example (this CPU, GSM8K problems in waves of 25, measured:
-``benchmarks/measured/governor_gsm8k100-149_cpu``): the target writes every
-opening and plan; at 16-31 in flight all decisions go to the target until 4
-target steps ran pure (0.22 s per trace token), then to the draft until 4
-drafted steps ran pure (0.36 s: every trace drafting); the target wins and
-writes on, and at every higher load. At 8-15 in flight: 0.14 against 0.35, the
-target again, and from then on at 16-31 without asking. Measured
-mixed instead (a governor that took any step as a sample), target steps beside
-drafted ones read 0.35 s per token and drafted ones 0.21, so drafting looked
-cheaper while it made every wave slower. When the load falls back, that
-bucket's own rates decide again (and alone, the draft drafts).
+Worked example (GSM8K problems in waves of 25; the run that chose these rules:
+``governor_pure_gsm8k100-149_cpu``): the target writes every opening and plan; at
+16-31 in flight all decisions go to the target until 4 target steps ran pure (say
+0.2 s per trace token), then to the draft until 4 drafted steps ran pure (say 0.4 s:
+every trace drafting); the target wins and writes on, and at every higher load. At
+8-15 in flight its own rates decide (a verdict carried down is only a win); once the
+target wins there too, it wins at 16-31 without asking. Were any step a sample, a target step beside drafted ones would read slow
+and a drafted one beside target steps fast, so drafting would look cheaper while it
+made every wave slower. When the load falls back, that bucket's own rates decide
+again (and alone, the draft drafts).
 """
 
 from __future__ import annotations

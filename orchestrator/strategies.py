@@ -62,11 +62,10 @@ class Strategy(Entry):
     queued_judge: bool = False
     # The token-level speculation inside the target that makes this strategy fastest (what the
     # engine pair's target_spec "auto" means for it). Where the target writes most of the trace,
-    # the 0.5B drafting its tokens decodes fastest (10.1 tok/s bf16; suffix 9.3:
-    # benchmarks/measured/engines_cpu); where it mostly verifies drafted steps and writes a
-    # token at a cut, suffix decoding: a verification costs 0.32 s against 0.55 with the draft
-    # model inside the target, a one-token write 0.19 s against 0.38
-    # (benchmarks/measured/speed_choice_gsm8k100-129_cpu, benchmarks/measured/target_spec_gsm8k100-108_cpu).
+    # the 0.5B drafting its tokens (engines_cpu); where it mostly verifies drafted steps and
+    # writes a token at a cut, suffix decoding, whose verifications and one-token writes cost
+    # less than with the draft model inside the target (speed_choice_gsm8k100-129_cpu,
+    # target_spec_gsm8k100-108_cpu).
     target_spec: str = "draft"
 
     @property

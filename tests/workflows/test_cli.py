@@ -140,6 +140,33 @@ def test_a_cut_steps_mark_stays_on_one_line_in_a_narrow_terminal(monkeypatch):
     assert sum("✓ draft" in line for line in lines) == 1
 
 
+def test_a_cut_step_reads_once_with_the_rejected_draft_marked_where_it_was_thrown_away(monkeypatch):
+    """The kept drafted words show once, then the rejected rest inside its mark, then the
+    target's words; a step a step-level judge rejected shows its draft marked, then the
+    target's step; an accepted draft and a target step show as they are."""
+    from rich.console import Console
+
+    from orchestrator.trace import StepRecord
+    from workflows.cli import solve as cli
+
+    plain = Console(width=200, force_terminal=False, color_system=None, record=True)
+    monkeypatch.setattr(cli, "console", plain)
+    cut = {"offset": 3, "token": " alternatively", "target_logprob": -6.25, "draft_logprob": -0.4, "rank": 120,
+           "rule": "floor", "target_token_id": 7, "kept_text": "1. She ate"}
+    cli.print_step(StepRecord(index=0, author="target", text="1. She ate 3 eggs.",
+                               draft_text="1. She ate alternatively 2 eggs.", accepted=False, judge="likelihood",
+                               num_kept_tokens=3, cut=cut))
+    cli.print_step(StepRecord(index=1, author="target", text="16 - 3 = 13", draft_text="16 + 3 = 19",
+                               accepted=False, judge="score", score=2.0))
+    cli.print_step(StepRecord(index=2, author="draft", text="13 * 2 = 26", accepted=True, score=9.0))
+    cli.print_step(StepRecord(index=3, author="target", text="\\boxed{26}"))
+    lines = plain.export_text().splitlines()
+    assert lines[1] == "1. She ate⟨rejected:  alternatively 2 eggs.⟩ 3 eggs."
+    assert lines[3] == "⟨rejected: 16 + 3 = 19⟩16 - 3 = 13"
+    assert lines[5] == "13 * 2 = 26" and lines[7] == "\\boxed{26}"
+    assert sum("She ate" in line for line in lines) == 1 and len(lines) == 8
+
+
 def test_bench_opt_values_none_and_null_switch_an_option_off():
     from workflows.cli.bench import strategy_options
 

@@ -173,9 +173,14 @@ def _show_tree(trace, strategy: str, show_tree: bool, tree_png: Optional[str]) -
 
 
 def print_step(record, width: int = 0) -> None:
-    """One step as it joins the trace: who wrote it, and what became of the draft. A step a
-    token-level verifier cut shows the kept drafted text, the cut token (its logprob under
-    the target, the rule) and what the target wrote from there."""
+    """One step as it joins the trace: who wrote it, and what became of the draft.
+
+    The step's text shows once, as the trace reads it; a draft the target did not keep shows
+    inside ``⟨rejected: ...⟩``, dimmed and struck, where it was thrown away. A step a
+    token-level verifier cut reads: the kept drafted words, the rejected rest, the target's
+    words. Example, the draft "She ate alternatively" cut at " alternatively":
+    ``She ate⟨rejected:  alternatively⟩ 3 eggs.``
+    """
     from rich.text import Text
 
     head = Text(f"[{record.index:>2}] ", style="dim")
@@ -197,19 +202,15 @@ def print_step(record, width: int = 0) -> None:
     head.append(f"  {tokens} tok" + (f" + {record.num_kept_tokens} kept" if record.num_kept_tokens else "")
                 + ("" if record.complete else ", cut at the cap"), style="dim")
     console.print(head, soft_wrap=True)  # one line per step, never wrapped: its marks are what a reader scans
-    if cut is not None:
-        kept = cut["kept_text"]
-        line = Text(kept, style="green")
-        line.append(record.draft_text[len(kept):], style="dim strike")
-        console.print(line, highlight=False)
-        line = Text(kept, style="green")
-        line.append(record.text[len(kept):], style="yellow")
-        console.print(line, highlight=False)
+    if record.author == "draft":
+        console.print(Text(record.text, style="green"), highlight=False)
         return
-    if record.author == "target" and record.draft_text is not None:
-        console.print(Text(record.draft_text, style="dim strike"), highlight=False)
-    style = "green" if record.author == "draft" else ("yellow" if record.draft_text is not None else "blue")
-    console.print(Text(record.text, style=style), highlight=False)
+    kept = cut["kept_text"] if cut is not None else ""
+    line = Text(kept, style="green")
+    if record.draft_text is not None:
+        line.append(f"⟨rejected: {record.draft_text[len(kept):]}⟩", style="dim strike")
+    line.append(record.text[len(kept):], style="blue" if record.draft_text is None else "yellow")
+    console.print(line, highlight=False)
 
 
 def save_trace(trace, path: Optional[str]) -> str:

@@ -27,8 +27,8 @@ Two modes, measured separately:
   stopped in wave 3 keeps waves 1 and 2 of every arm; resumed the next day, it
   runs wave 3 again for the arms that had not finished it, then wave 4. Without
   waves the whole arm is the unit, and an arm timed on another day than the
-  baseline gets no speedup (the same 100 target-only solves took 599 s in one
-  session and 1078 s in another).
+  baseline gets no speedup (the same solves can take twice as long in another
+  session of "the same" machine).
 
 A run directory holds (lm-evaluation-harness style)::
 

@@ -289,9 +289,8 @@ def throughput_figures(results: Results, arm: str, m: ArmSummary, over: str | No
     run = results.run.throughput.get(arm)
     wave, num_problems = results.config.throughput_wave, len(results.run.problem_ids)
     # Wall times are compared wave by wave, only where one session timed both arms: a
-    # resumed run's sessions may share the machine with other work (measured here: the
-    # same 100 target-only solves, the same texts, took 1564 s in one session and 772 s
-    # in another).
+    # resumed run's sessions may run on another CPU or beside other work, and the same
+    # solves, the same texts, can take twice as long.
     timed = [(a, b) for a, b in zip(results.run.waves(arm), results.run.waves(over) if compared else [])
              if a.status == b.status == "complete"]
     paired = [(a.wall_seconds, b.wall_seconds) for a, b in timed if a.session == b.session]

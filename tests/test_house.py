@@ -1,0 +1,56 @@
+"""The house rules a reader of the packages relies on, checked over the source."""
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows")
+
+# A bench figure: a throughput, or a speed ratio / timing / share stated as measured.
+THROUGHPUT = re.compile(r"\d[\d.,]*\s*tok/s")
+FIGURE = re.compile(r"\d[\d.,]*\s*(?:x|×|s|ms|seconds?|%)(?![\w-])")
+MEASURED = re.compile(r"\bmeasur|\bthis (?:CPU|machine)\b|\bbenchmarks/measured\b|\bon (?:an? )?(?:AMD|Intel|EPYC|Xeon)\b")
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring in ``path``."""
+    source = path.read_text()
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+EXAMPLE = re.compile(r"\b(?:Worked example|Example|example:)")
+
+
+def bench_figures(text: str) -> list[str]:
+    """The sentences of ``text`` that state a bench figure; a paragraph's worked example (from
+    "Example" to the paragraph's end) states made-up figures, and passes."""
+    paragraphs = [EXAMPLE.split(p, maxsplit=1)[0] for p in re.split(r"\n\s*\n", text)]
+    sentences = [s for p in paragraphs for s in re.split(r"(?<=[.;])\s+", " ".join(p.split()))]
+    return [s for s in sentences if THROUGHPUT.search(s) or (FIGURE.search(s) and MEASURED.search(s))]
+
+
+def test_the_check_finds_bench_figures_and_passes_worked_examples():
+    assert bench_figures("the 0.5B decodes fastest with suffix decoding (24.4 tok/s; none 16.4)")
+    assert bench_figures("Binding threads measured ~1.6x faster than vLLM's binding.")
+    assert bench_figures("a verification costs 0.32 s against 0.55 on this CPU")
+    assert not bench_figures("Example: one trace of 10 s, a drafted step of 40 tokens in 2 s.")
+    assert not bench_figures("The default chosen in engines_cpu: suffix decoding.")
+
+
+def test_no_bench_figure_in_a_docstring_or_comment_of_the_packages():
+    """Figures go stale with every run; code cites the committed run that chose a default by
+    its folder name, and its report holds the figures."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {sentence}"
+             for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+             for line, text in _prose(path) for sentence in bench_figures(text)]
+    assert not found, "bench figures in code (cite the run's folder instead):\n" + "\n".join(found)
