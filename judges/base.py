@@ -55,6 +55,8 @@ class StepCandidate:
     # The step holds a tool call: a token-level verifier keeps only the target's own
     # (greedy) tokens of it, since an argument the target would not write is a wrong call.
     exact: bool = False
+    # The drafted text starts a step (not the draft drafting on in a step the target cut).
+    starts_step: bool = True
 
     def opening_chat(self) -> list[dict[str, str]]:
         if self.opening_messages:
@@ -70,6 +72,7 @@ class CutRule(str, enum.Enum):
     CONTRAST = "contrast"  # target logprob minus draft logprob is under the contrast bound
     MATH_RANK = "math_rank"  # a token with a digit or operator outside the target's math_max_rank
     RATIO = "ratio"  # a sampled token that lost the draw min(1, p_target / p_draft)
+    LEAD = "lead"  # one of a step's first lead_tokens outside the target's lead_max_rank most likely
 
     def __str__(self) -> str:  # pragma: no cover - cosmetic
         return self.value

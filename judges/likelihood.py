@@ -16,7 +16,11 @@ bias). A token is *implausible* when any rule that is set fires:
   confident slip);
 * ``math_max_rank``: a token holding a digit or an arithmetic operator must be
   among the target's ``math_max_rank`` most likely (numbers and operators
-  strict, wording loose).
+  strict, wording loose);
+* ``lead_max_rank``: each of a step's first ``lead_tokens`` drafted tokens must be
+  among the target's ``lead_max_rank`` most likely: a step's first words choose
+  what it computes ("the number of eggs left after ..."), where a plausible but
+  different framing of the draft's leads the trace astray.
 
 ``tolerance`` implausible tokens are let through; the next one is the *cut*.
 A step without a cut is accepted as drafted. A step with one is rejected with
@@ -86,6 +90,10 @@ class LikelihoodOptions(JudgeOptions):
                                    "below this is implausible (e.g. -4); None: rule off")
     math_max_rank: int | None = Field(1, ge=1, description="a drafted token holding a digit or an arithmetic operator "
                                       "must be among the target's math_max_rank likeliest; None: rule off")
+    lead_tokens: int = Field(0, ge=0, description="how many of a step's first drafted tokens lead_max_rank "
+                             "applies to (0: rule off)")
+    lead_max_rank: int = Field(1, ge=1, description="each of a step's first lead_tokens drafted tokens must be "
+                               "among the target's lead_max_rank likeliest")
     tolerance: int = Field(0, ge=0, description="implausible tokens let through before the cut")
     top_k: int = Field(5, ge=1, description="how many of the target's likeliest tokens each position reports")
     sampled: Literal["ratio", "rules"] = Field("ratio", description="a step drafted at temperature > 0: 'ratio' "
@@ -115,12 +123,15 @@ class LikelihoodJudge(Configured):
         self.draft_top_k = self.options.top_k if self.options.sampled == "ratio" else 0
 
     def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str,
-                    exact: bool = False) -> CutRule | None:
+                    exact: bool = False, lead: bool = False) -> CutRule | None:
         """The first rule this token breaks, or None when it is plausible (``exact``: a tool
-        call's step, where only the target's greedy token is)."""
+        call's step, where only the target's greedy token is; ``lead``: the token is one of a
+        step's first ``lead_tokens``)."""
         o = self.options
         if (o.max_rank is not None and rank > o.max_rank) or (exact and rank > 1):
             return CutRule.RANK
+        if lead and rank > o.lead_max_rank:
+            return CutRule.LEAD
         if o.floor is not None and logprob < o.floor:
             return CutRule.FLOOR
         if o.math_max_rank is not None and rank > o.math_max_rank and MATH_TOKEN.search(text):
@@ -160,7 +171,8 @@ class LikelihoodJudge(Configured):
         # token is the cut: what precedes it is kept, the target writes from there.
         cut, misses = None, 0
         for i, (tok, text, dlp) in enumerate(zip(scored, texts, draft_lps)):
-            rule = self.rule_broken(tok.logprob, tok.rank, dlp, text, c.exact)
+            rule = self.rule_broken(tok.logprob, tok.rank, dlp, text, c.exact,
+                                    lead=c.starts_step and i < self.options.lead_tokens)
             if rule is None:
                 continue
             misses += 1

@@ -23,7 +23,7 @@ from engine.stats import SpecDecodingStats
 from engine.types import GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
 from orchestrator.budget import Budget
-from orchestrator.goodput import GoodputGovernor, StepMode, StepTicket
+from orchestrator.goodput import GoodputGovernor, StepTicket
 from orchestrator.prompts import opening_messages
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
 from orchestrator.steps import StepRules, find_answer
@@ -159,8 +159,8 @@ class TraceRun:
         if governor is not None:
             governor.enter()
 
-    def decide(self, written: Callable[[], int] | None = None, forced: StepMode | None = None,
-               sample: bool = True) -> StepMode:
+    def decide(self, written: Callable[[], int] | None = None, forced: Author | None = None,
+               sample: bool = True) -> Author:
         """Who writes the next step(s): the governor's choice at the current load (always
         the draft without one), or ``forced``, the policy's own (the target's opening),
         which the governor counts as running but neither chooses nor takes as a sample.
@@ -170,7 +170,7 @@ class TraceRun:
         new tokens, or, for a search whose text is not yet the trace's, the new tokens
         that ``written`` counts."""
         if self.governor is None:
-            return forced or StepMode.DRAFT
+            return forced or Author.DRAFT
         self._observe_decision()
         mode = forced or self.governor.decide()
         count = written or (lambda: self.num_tokens)
@@ -277,7 +277,7 @@ class TraceRun:
                              opening_messages=opening_messages(self.question), prefix=self.prompt("target", previous),
                              draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
                              draft_token_texts=drafted.token_texts, temperature=temperature,
-                             draft_token_tops=drafted.token_tops, seed=seed, exact=exact)
+                             draft_token_tops=drafted.token_tops, seed=seed, exact=exact, starts_step=not head)
 
     def rating(self, text: str, previous: Sequence[StepRecord] = ()) -> StepCandidate:
         """What a judge rates on its own (a search's candidate, a whole solution): ``text``

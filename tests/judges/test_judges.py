@@ -193,6 +193,30 @@ def test_likelihood_keeps_only_the_targets_greedy_tokens_of_a_tool_calls_step():
     assert not call.accept and call.cut.offset == 9 and call.cut.rule.value == "rank"
 
 
+def test_likelihood_lead_rule_holds_a_steps_first_tokens_to_the_targets_likeliest():
+    """A step's first lead_tokens must be among the target's lead_max_rank likeliest: where a
+    drafted step frames its computation, not in a piece the draft writes on after a cut."""
+    from dataclasses import replace
+
+    from judges.likelihood import LikelihoodJudge
+
+    tokens = [" the", " number", " of", " fresh", " eggs", " left", ":", " 9", " -", " 3"]
+    engine = likelihood_engine({" number": (-1.5, 2, " money"), " fresh": (-1.0, 2, " eggs")})
+    plain = LikelihoodJudge(engine, floor=-5.0, math_max_rank=1)
+    lead = LikelihoodJudge(engine, floor=-5.0, math_max_rank=1, lead_tokens=3)
+    (v_plain,) = run(plain.judge([scored_candidate(engine, tokens)]))
+    (v_lead,) = run(lead.judge([scored_candidate(engine, tokens)]))
+    (v_piece,) = run(lead.judge([replace(scored_candidate(engine, tokens), starts_step=False)]))
+    (v_wide,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=1, lead_tokens=3, lead_max_rank=2).judge(
+        [scored_candidate(engine, tokens)]))
+    assert v_plain.accept and v_piece.accept and v_wide.accept
+    assert not v_lead.accept and v_lead.cut.offset == 1 and v_lead.cut.rule.value == "lead"
+    assert v_lead.cut.kept_text == " the" and v_lead.cut.target_token_id == engine.token_id(" money")
+    # " fresh" (rank 2) is the fourth token: past the lead, so the lead rule leaves it
+    (v_three,) = run(lead.judge([scored_candidate(engine, [" the", " total", " of", " fresh", " eggs"])]))
+    assert v_three.accept
+
+
 def test_likelihood_contrast_rule_reads_the_drafts_own_logprob():
     from judges.likelihood import LikelihoodJudge
 
@@ -219,7 +243,7 @@ def test_likelihood_options_are_checked_with_the_valid_ones_named():
         with pytest.raises(JudgeError, match=message):
             LikelihoodJudge(engine, **bad)
     with pytest.raises(JudgeError, match="judge 'likelihood' has no option 'flor'. Did you mean 'floor'.*Its options: "
-                                         "floor, max_rank, contrast, math_max_rank, tolerance, top_k"):
+                                         "floor, max_rank, contrast, math_max_rank, lead_tokens, lead_max_rank, tolerance, top_k"):
         make_judge("likelihood", engine=engine, flor=-3)
     with pytest.raises(JudgeError, match="must pass the step's prefix and draft_token_ids"):
         run(LikelihoodJudge(engine).judge([StepCandidate(Q, (), STEP)]))
@@ -233,7 +257,8 @@ def _judge_defaults():
     from judges.score import DEFAULT_RUBRIC
 
     return {"score": dict(threshold=7.0, method="expected", rubric=DEFAULT_RUBRIC, step_delimiter="\n\n", top_k=20),
-            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, tolerance=0, top_k=5,
+            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, lead_tokens=0,
+                           lead_max_rank=1, tolerance=0, top_k=5,
                            sampled="ratio"),
             "exact": {},
             "embedding": dict(model="all-minilm-l6-v2", accept_threshold=0.85, reject_threshold=0.5, device="cpu"),
