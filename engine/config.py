@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from engine.dtype import Dtype
 from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError, resolve_model
-from engine.speculation import AUTO_SPEC, METHODS, speculative_config
+from engine.speculation import AUTO_SPEC, METHODS, TokenMethod, speculative_config
 from engine.session import DEFAULT_SESSION_HEADER
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # use_enum_values: a TokenMethod field holds its string (equal to the member), so dumps stay plain
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
 
 def like(model: type[BaseModel], name: str, **changes: Any) -> Any:
@@ -56,14 +57,12 @@ def _unset(value: Any) -> bool:
 # -- token-level speculation ----------------------------------------------------------
 
 
-TokenMethod = Literal["none", "ngram", "suffix", "draft"]
-assert METHODS == TokenMethod.__args__  # type: ignore[attr-defined]
 
 
 class TokenSpeculation(_Config):
     """Token-level speculative decoding inside one vLLM engine, by method name."""
 
-    method: TokenMethod = Field("none", description="none; ngram (prompt lookup); suffix (suffix decoding, needs "
+    method: TokenMethod = Field(TokenMethod.NONE.value, description="none; ngram (prompt lookup); suffix (suffix decoding, needs "
                                 "arctic-inference); draft (a smaller model of the same tokenizer: draft_model).")
     num_speculative_tokens: int | None = Field(None, ge=1, description="Tokens proposed per token-level draft "
                                                "(default: the method's: ngram 3, suffix 8, draft 3).")
@@ -71,13 +70,13 @@ class TokenSpeculation(_Config):
 
     @model_validator(mode="after")
     def _drafter(self) -> "TokenSpeculation":
-        if self.method == "draft" and not self.draft_model:
+        if self.method == TokenMethod.DRAFT and not self.draft_model:
             raise ValueError("speculation: draft needs draft_model (the model that drafts tokens)")
         return self
 
     def vllm_config(self, on_prepare: PrepareProgress | None = None) -> dict[str, Any] | None:
         """vLLM's ``speculative_config`` (the token drafter resolved, prepared if need be)."""
-        drafter = resolve_model(self.draft_model, on_progress=on_prepare) if self.method == "draft" else None
+        drafter = resolve_model(self.draft_model, on_progress=on_prepare) if self.method == TokenMethod.DRAFT else None
         return speculative_config(self.method, draft_model=drafter,
                                   num_speculative_tokens=self.num_speculative_tokens)
 
@@ -107,7 +106,7 @@ class VLLMEngineConfig(_Config):
     def _one_speculation(self) -> "VLLMEngineConfig":
         if self.speculative_config is not None and self.speculation is not None:
             raise ValueError("give speculative_config or speculation, not both")
-        if self.speculation == "draft" and not self.draft_model:
+        if self.speculation == TokenMethod.DRAFT and not self.draft_model:
             raise ValueError("speculation: draft needs draft_model (the model that drafts tokens)")
         return self
 
@@ -117,7 +116,7 @@ class VLLMEngineConfig(_Config):
         if self.speculation is None:
             return None
         return TokenSpeculation(method=self.speculation, num_speculative_tokens=self.num_speculative_tokens,
-                                draft_model=self.draft_model if self.speculation == "draft" else None)
+                                draft_model=self.draft_model if self.speculation == TokenMethod.DRAFT else None)
 
     def models(self) -> dict[tuple[str, ...], str]:
         """Every model the engine loads, by the key that names it: the model and its token drafter."""
@@ -245,11 +244,11 @@ class EnginePair(_Config):
     # Defaults chosen on the bundled pair in engines_cpu: the 0.5B decodes fastest with suffix
     # decoding; the target's method depends on what the strategy has it do
     # (orchestrator.strategies.Strategy.target_spec).
-    target_spec: str = Field(AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
+    target_spec: TokenMethod | Literal["auto"] = Field(AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
                              "strategy's own: draft where the target writes most of the trace, suffix where it "
                              "mostly verifies drafted steps), none, ngram, suffix, draft (the draft model drafts "
                              "the target's tokens; none when the draft is not an in-process model).")
-    draft_spec: str = Field("suffix", description="Token-level speculation inside the draft: none, ngram, suffix.")
+    draft_spec: TokenMethod = Field(TokenMethod.SUFFIX.value, description="Token-level speculation inside the draft: none, ngram, suffix.")
     target_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the target's in-process engine computes "
                                "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
     draft_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the draft's in-process engine computes "
@@ -271,7 +270,7 @@ class EnginePair(_Config):
                                       description="The header carrying each trace's session id on every request "
                                       "to the servers (a prefix-aware router keeps a trace on one replica by it).")
 
-    @field_validator("target_spec", "draft_spec")
+    @field_validator("target_spec", "draft_spec", mode="before")
     @classmethod
     def _known_method(cls, value: str, info: ValidationInfo) -> str:
         known = (AUTO_SPEC, *METHODS) if info.field_name == "target_spec" else METHODS
@@ -281,11 +280,11 @@ class EnginePair(_Config):
 
     @model_validator(mode="after")
     def _fits(self) -> "EnginePair":
-        if self.draft_spec == "draft":
+        if self.draft_spec == TokenMethod.DRAFT:
             raise ValueError("draft_spec='draft' would need a third, smaller model; use none, ngram or suffix")
         for role, url, method in (("target", self.target_url, self.target_spec),
                                   ("draft", self.draft_url, self.draft_spec)):
-            if url and method in ("ngram", "suffix"):
+            if url and method in (TokenMethod.NGRAM, TokenMethod.SUFFIX):
                 raise ValueError(f"{role}_spec='{method}' runs inside an in-process vLLM engine; the {role}'s server "
                                  f"({url}) speculates as it was started (vllm serve --speculative-config ...)")
         for role, url, dtype in (("target", self.target_url, self.target_dtype),
@@ -297,24 +296,24 @@ class EnginePair(_Config):
             raise ValueError("draft_url is given without a draft model: name the model its server serves")
         return self
 
-    def engines(self, auto_target_spec: str = "draft"
+    def engines(self, auto_target_spec: TokenMethod = TokenMethod.DRAFT
                 ) -> tuple[VLLMEngineConfig | OpenAIEngineConfig, VLLMEngineConfig | OpenAIEngineConfig | None]:
         """(target, draft) engine configs; draft None when there is no draft model.
         ``auto_target_spec``: what ``target_spec="auto"`` means (the strategy's own method)."""
         in_process_draft = self.draft if self.draft and not self.draft_url else None
         method = auto_target_spec if self.target_spec == AUTO_SPEC else self.target_spec
-        target_method = method if method != "draft" or in_process_draft else "none"
+        target_method = method if method != TokenMethod.DRAFT or in_process_draft else TokenMethod.NONE
         target = self._engine(self.target, self.target_url, target_method, in_process_draft, self.target_dtype)
         return target, (self._engine(self.draft, self.draft_url, self.draft_spec, None, self.draft_dtype)
                         if self.draft else None)
 
-    def _engine(self, model: str, url: str | None, method: str, drafter: str | None,
+    def _engine(self, model: str, url: str | None, method: TokenMethod, drafter: str | None,
                 dtype: str) -> VLLMEngineConfig | OpenAIEngineConfig:
         if url:
             return OpenAIEngineConfig(base_url=url, model=model, api_key_env=self.api_key_env,
                                       session_header=self.session_header)
-        speculating = method != "none"
+        speculating = method != TokenMethod.NONE
         return VLLMEngineConfig(model=model, dtype=dtype, kv_cache_gib=self.kv_cache_gib, max_model_len=self.max_model_len,
                                 max_num_seqs=self.max_num_seqs, speculation=method if speculating else None,
-                                draft_model=drafter if method == "draft" else None,
+                                draft_model=drafter if method == TokenMethod.DRAFT else None,
                                 num_speculative_tokens=self.num_speculative_tokens if speculating else None)

@@ -14,33 +14,45 @@ vLLM untouched. These names are shorthands for the common cases:
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
-METHODS = ("none", "ngram", "suffix", "draft")
+
+class TokenMethod(StrEnum):
+    """Token-level speculative decoding inside one vLLM engine."""
+
+    NONE = "none"
+    NGRAM = "ngram"  # prompt lookup
+    SUFFIX = "suffix"  # suffix decoding (arctic-inference)
+    DRAFT = "draft"  # a smaller model of the same tokenizer drafts the tokens
+
+
+METHODS = tuple(m.value for m in TokenMethod)
 # The engine pair's target_spec default: the method the strategy declares for itself.
 AUTO_SPEC = "auto"
 
 
 def speculative_config(
-    method: str, *, draft_model: str | None = None, num_speculative_tokens: int | None = None
+    method: TokenMethod | str, *, draft_model: str | None = None, num_speculative_tokens: int | None = None
 ) -> dict[str, Any] | None:
-    """The vLLM ``speculative_config`` for a method name (None for ``none``)."""
-    if method == "none":
+    """The vLLM ``speculative_config`` for a method (None for ``none``)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown speculation method '{method}'; choose one of: {', '.join(METHODS)}")
+    method = TokenMethod(method)
+    if method is TokenMethod.NONE:
         return None
-    if method == "ngram":
+    if method is TokenMethod.NGRAM:
         return {
             "method": "ngram",
             "num_speculative_tokens": num_speculative_tokens or 3,
             "prompt_lookup_max": 4,
             "prompt_lookup_min": 2,
         }
-    if method == "suffix":
+    if method is TokenMethod.SUFFIX:
         return {"method": "suffix", "num_speculative_tokens": num_speculative_tokens or 8}
-    if method == "draft":
-        if not draft_model:
-            raise ValueError("speculation method 'draft' needs a draft model (a preset, path or hub id)")
-        return {"model": draft_model, "num_speculative_tokens": num_speculative_tokens or 3}
-    raise ValueError(f"unknown speculation method '{method}'; choose one of: {', '.join(METHODS)}")
+    if not draft_model:
+        raise ValueError("speculation method 'draft' needs a draft model (a preset, path or hub id)")
+    return {"model": draft_model, "num_speculative_tokens": num_speculative_tokens or 3}
 
 
 def suffix_available() -> bool:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
 from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor, StepMode
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, Trace
@@ -59,8 +59,8 @@ class Arbitrage(Policy):
 
     async def step(self, run: TraceRun) -> None:
         opening = len(run.steps) < self.options.first_target_steps  # the target's own
-        mode = run.decide(forced=StepMode.TARGET if opening else None)  # goodput: at this load, does drafting pay?
-        if mode is StepMode.TARGET:
+        mode = run.decide(forced=Author.TARGET if opening else None)  # goodput: at this load, does drafting pay?
+        if mode is Author.TARGET:
             run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
             return
         drafted = await run.write("draft", logprobs=ROUTER_LOGPROBS)

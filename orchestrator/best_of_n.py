@@ -46,7 +46,7 @@ from pydantic import Field
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError, plausible_share
 from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, drive_search
-from orchestrator.goodput import GoodputGovernor, StepMode
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import split_steps, tally
@@ -196,7 +196,7 @@ async def write_verified(run: TraceRun, judge: Judge, o: BestOfNOptions, solutio
         live = [i for i, s in enumerate(solutions) if s.open(run)]
         if not live:
             break
-        if run.decide(lambda: sum(s.num_tokens for s in solutions)) is StepMode.TARGET:  # goodput
+        if run.decide(lambda: sum(s.num_tokens for s in solutions)) is Author.TARGET:  # goodput
             await write_whole(run, judge, o, Author.TARGET, solutions)
             return
         bases, sown = [[*run.steps, *solutions[i].steps] for i in live], seeds(o, depth, live)

@@ -153,11 +153,11 @@ async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Polic
     candidates ("draft"; "target": its ``-target`` twin, the baseline), ``options_models`` the
     options each takes (by ``who``), ``keywords`` the strategy's options and the driver's;
     ``governor``: the shared one, for a strategy that backs off."""
-    if who not in ("draft", "target"):
+    if who not in tuple(Author):
         raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
-    if who == "draft" and engines.get("draft") is None:
-        raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
     author = Author(who)
+    if author is Author.DRAFT and engines.get(Author.DRAFT) is None:
+        raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
     shared, options = split_shared(keywords)
     name = strategy if author is Author.DRAFT else f"{strategy}-target"
     o = options_models[who].of(name, options)

@@ -48,48 +48,40 @@ again (and alone, the draft drafts).
 
 from __future__ import annotations
 
-import enum
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-
-class StepMode(str, enum.Enum):
-    DRAFT = "draft"
-    TARGET = "target"
-
-    @property
-    def other(self) -> "StepMode":
-        return StepMode.TARGET if self is StepMode.DRAFT else StepMode.DRAFT
+from orchestrator.trace import Author
 
 
 @dataclass
 class BucketRates:
     """Seconds per trace token of each mode at one load bucket, from pure steps."""
 
-    seconds_per_token: dict[StepMode, float] = field(default_factory=dict)
-    num_samples: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    seconds_per_token: dict[Author, float] = field(default_factory=dict)
+    num_samples: dict[Author, int] = field(default_factory=lambda: {Author.DRAFT: 0, Author.TARGET: 0})
     num_decisions: int = 0
     # Steps of each mode that ended impure (no sample): exploration's cost, bounded by max_spoiled.
-    num_spoiled: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    num_spoiled: dict[Author, int] = field(default_factory=lambda: {Author.DRAFT: 0, Author.TARGET: 0})
     # A re-measured mode: it writes until it has this many pure samples, or this many spoiled steps.
-    exploring: StepMode | None = None
+    exploring: Author | None = None
     explore_until: int = 0
     explore_spoiled_until: int = 0
 
-    def verdict(self, min_samples: int) -> StepMode | None:
+    def verdict(self, min_samples: int) -> Author | None:
         """The faster mode, once both have their samples; None before."""
         if min(self.num_samples.values()) < min_samples:
             return None
         spt = self.seconds_per_token
-        return StepMode.DRAFT if spt[StepMode.DRAFT] <= spt[StepMode.TARGET] else StepMode.TARGET
+        return Author.DRAFT if spt[Author.DRAFT] <= spt[Author.TARGET] else Author.TARGET
 
 
 @dataclass(frozen=True)
 class StepTicket:
     """A step in flight under a mode: what :meth:`GoodputGovernor.end` needs to measure it."""
 
-    mode: StepMode | None  # None: a step the policy gives the target itself (no sample)
+    mode: Author | None  # None: a step the policy gives the target itself (no sample)
     load: int
     started: float
     pure: bool  # a sample, and no step of the other mode was running when it began
@@ -107,10 +99,10 @@ class GoodputGovernor:
     clock: Callable[[], float] = time.perf_counter
     in_flight: int = 0
     buckets: dict[int, BucketRates] = field(default_factory=dict)
-    num_decisions: dict[StepMode, int] = field(default_factory=lambda: {StepMode.DRAFT: 0, StepMode.TARGET: 0})
+    num_decisions: dict[Author, int] = field(default_factory=lambda: {Author.DRAFT: 0, Author.TARGET: 0})
     # Steps running and begun, per kind: a mode, or None for the policy's own target steps.
-    num_running: dict[StepMode | None, int] = field(default_factory=lambda: dict.fromkeys((*StepMode, None), 0))
-    num_started: dict[StepMode | None, int] = field(default_factory=lambda: dict.fromkeys((*StepMode, None), 0))
+    num_running: dict[Author | None, int] = field(default_factory=lambda: dict.fromkeys((*Author, None), 0))
+    num_started: dict[Author | None, int] = field(default_factory=lambda: dict.fromkeys((*Author, None), 0))
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -123,33 +115,33 @@ class GoodputGovernor:
         """The load bucket's lower bound: 1, 2, 4, 8, ..."""
         return 1 << (max(1, load).bit_length() - 1)
 
-    def decide(self) -> StepMode:
+    def decide(self) -> Author:
         """Who writes the next step at the current load."""
         b = self.bucket(self.in_flight)
         rates = self.buckets.setdefault(b, BucketRates())
         rates.num_decisions += 1
         if self.in_flight <= 1:
-            mode = StepMode.DRAFT
+            mode = Author.DRAFT
         else:
             mode = self.carried_verdict(b) or self.measure_or_choose(rates)
         self.num_decisions[mode] += 1
         return mode
 
-    def carried_verdict(self, b: int) -> StepMode | None:
+    def carried_verdict(self, b: int) -> Author | None:
         """A neighbouring load's verdict that holds at bucket ``b``: the target, if it won at
         a lower load (beyond 1 in flight); the draft, if it won at a higher one. The nearest
         such load decides (measurements that disagree: the closer one holds, the lower on a tie)."""
         for other in sorted(self.buckets, key=lambda o: (abs(o.bit_length() - b.bit_length()), o > b)):
             verdict = self.buckets[other].verdict(self.min_samples)
-            if (verdict is StepMode.TARGET and 1 < other < b) or (verdict is StepMode.DRAFT and other > b):
+            if (verdict is Author.TARGET and 1 < other < b) or (verdict is Author.DRAFT and other > b):
                 return verdict
         return None
 
-    def measure_or_choose(self, rates: BucketRates) -> StepMode:
+    def measure_or_choose(self, rates: BucketRates) -> Author:
         """The bucket's own decision: explore a mode that lacks samples (until max_spoiled of its steps ended impure),
         else the faster mode, re-measuring the other one every ``explore_every`` decisions."""
         n, spoiled = rates.num_samples, rates.num_spoiled
-        for mode in (StepMode.TARGET, StepMode.DRAFT):
+        for mode in (Author.TARGET, Author.DRAFT):
             if n[mode] < self.min_samples and spoiled[mode] < self.max_spoiled:
                 return mode
         ex = rates.exploring
@@ -157,7 +149,7 @@ class GoodputGovernor:
             return ex
         rates.exploring = None
         # Unmeasured, its steps spoiled: the draft loses to the target, the baseline.
-        best = rates.verdict(self.min_samples) or StepMode.TARGET
+        best = rates.verdict(self.min_samples) or Author.TARGET
         if rates.num_decisions % self.explore_every == 0:
             rates.exploring = best.other
             rates.explore_until = n[best.other] + self.min_samples
@@ -165,7 +157,7 @@ class GoodputGovernor:
             return best.other
         return best
 
-    def begin(self, mode: StepMode, measured: bool = True) -> StepTicket:
+    def begin(self, mode: Author, measured: bool = True) -> StepTicket:
         """A step starts under ``mode``. ``measured=False``: a step the policy gives the
         target itself (the opening and the plan, with the question's prefill): no sample,
         and no regime's: it runs in either, so it leaves the steps beside it pure."""
@@ -194,7 +186,7 @@ class GoodputGovernor:
         return {"decisions": {m.value: n for m, n in self.num_decisions.items()},
                 "buckets": {str(b): {m.value: {"seconds_per_token": r.seconds_per_token.get(m),
                                                "samples": r.num_samples[m], "spoiled": r.num_spoiled[m]}
-                                     for m in StepMode} | {"decisions": r.num_decisions}
+                                     for m in Author} | {"decisions": r.num_decisions}
                             for b, r in sorted(self.buckets.items())}}
 
     @classmethod
@@ -202,17 +194,17 @@ class GoodputGovernor:
         """A governor that knows what ``snapshot`` measured (a later session of a bench, as a
         server keeps its governor); nothing in flight."""
         governor = cls(**settings)  # type: ignore[arg-type]
-        governor.num_decisions.update({StepMode(m): n for m, n in snapshot["decisions"].items()})
+        governor.num_decisions.update({Author(m): n for m, n in snapshot["decisions"].items()})
         for b, modes in snapshot["buckets"].items():
             rates = governor.buckets[int(b)] = BucketRates(num_decisions=modes.get("decisions", 0))
-            for m in StepMode:
+            for m in Author:
                 if modes[m.value]["seconds_per_token"] is not None:
                     rates.seconds_per_token[m] = modes[m.value]["seconds_per_token"]
                 rates.num_samples[m] = modes[m.value]["samples"]
                 rates.num_spoiled[m] = modes[m.value].get("spoiled", 0)
         return governor
 
-    def observe(self, mode: StepMode, load: int, num_tokens: int, seconds: float) -> None:
+    def observe(self, mode: Author, load: int, num_tokens: int, seconds: float) -> None:
         """A pure step: ``num_tokens`` of trace text in ``seconds``, begun at ``load``."""
         if num_tokens < 1:
             return

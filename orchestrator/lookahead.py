@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 from engine.protocol import Engine
 from judges.base import Judge
 from orchestrator.driver import Backoff, Policy, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor, StepMode
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.trace import Author, StepRecord, Trace
@@ -105,7 +105,7 @@ class Lookahead(Policy):
         return drafted
 
     async def step(self, run: TraceRun) -> None:
-        if self.next_round is None and run.decide() is StepMode.TARGET:  # goodput: drafting does not pay now
+        if self.next_round is None and run.decide() is Author.TARGET:  # goodput: drafting does not pay now
             run.keep(Author.TARGET, await run.write("target"), backoff=True)
             return
         drafted = await (self.next_round or self.draft_ahead(run, list(run.steps), self.control.gamma))

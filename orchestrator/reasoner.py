@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from engine.config import EngineConfig, EnginePair, build_engines, check_engine
 from engine.protocol import Engine
+from engine.speculation import TokenMethod
 from judges.base import Judge, JudgeError
 from judges.registry import make_judge
 from orchestrator.config import ReasonerConfig, engines_for
@@ -194,7 +195,8 @@ class Reasoner:
 
     @classmethod
     def from_models(cls, target: str = _PAIR["target"].default, draft: str | None = _PAIR["draft"].default, *,
-                    target_spec: str = _PAIR["target_spec"].default, draft_spec: str = _PAIR["draft_spec"].default,
+                    target_spec: TokenMethod | str = _PAIR["target_spec"].default,
+                    draft_spec: TokenMethod = _PAIR["draft_spec"].default,
                     target_dtype: str = _PAIR["target_dtype"].default, draft_dtype: str = _PAIR["draft_dtype"].default,
                     num_speculative_tokens: int | None = None, kv_cache_gib: float = _PAIR["kv_cache_gib"].default,
                     max_model_len: int = _PAIR["max_model_len"].default, on_prepare: PrepareProgress | None = None,

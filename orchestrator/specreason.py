@@ -42,7 +42,7 @@ from pydantic import Field
 from engine.protocol import Engine
 from judges.base import Judge, JudgeError
 from orchestrator.driver import Backoff, Policy, TargetOpening, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor, StepMode
+from orchestrator.goodput import GoodputGovernor
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
 from orchestrator.trace import Author, StepRecord, Trace
 
@@ -74,8 +74,8 @@ class SpecReason(Policy):
         done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
         opening = done < self.options.first_target_steps and not (self.options.draft_opening and done == 0)
         # goodput: at this load, does drafting pay? (the first step, with the question's prefill: no sample)
-        mode = run.decide(forced=StepMode.TARGET if opening else None, sample=done > 0)
-        if mode is StepMode.TARGET:
+        mode = run.decide(forced=Author.TARGET if opening else None, sample=done > 0)
+        if mode is Author.TARGET:
             run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
             return
         drafted = await run.write("draft", logprobs=draft_logprobs(self.judge))

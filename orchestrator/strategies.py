@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from common.registry import Entry, Registry
+from engine.speculation import TokenMethod
 from orchestrator.arbitrage import ArbitrageOptions, arbitrage, arbitrage_oracle
 from orchestrator.baseline import NoOptions, draft_only, target_only
 from orchestrator.best_of_n import BestOfNOptions, BestOfNTargetOptions, best_of_n, best_of_n_target
@@ -66,7 +67,7 @@ class Strategy(Entry):
     # writes a token at a cut, suffix decoding, whose verifications and one-token writes cost
     # less than with the draft model inside the target (speed_choice_gsm8k100-129_cpu,
     # target_spec_gsm8k100-108_cpu).
-    target_spec: str = "draft"
+    target_spec: TokenMethod = TokenMethod.DRAFT
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -83,7 +84,7 @@ STRATEGIES: Registry[Strategy] = Registry("strategy", StrategyError, plural="Str
     Strategy("target-only", NoOptions, target_only, needs_draft=False, default_judge=None),
     Strategy("draft-only", NoOptions, draft_only, needs_draft=True, default_judge=None, needs_target=False),
     Strategy("specreason", SpecReasonOptions, specreason, needs_draft=True, default_judge="likelihood",
-             target_spec="suffix"),
+             target_spec=TokenMethod.SUFFIX),
     Strategy("lookahead", LookaheadOptions, lookahead, needs_draft=True, default_judge="cascade",
              judge_sees_target_step=True),
     Strategy("spec-thinking", SpecThinkingOptions, spec_thinking, needs_draft=True, default_judge=None),

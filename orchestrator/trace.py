@@ -13,14 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 from common.counts import summed
+from common.states import Author
 from engine.stats import SpecDecodingStats
-
-
-class Author(StrEnum):
-    """Who wrote a step's final text (``StepRecord.author``)."""
-
-    DRAFT = "draft"  # the draft model: a drafted step kept whole (or a draft-only/search step)
-    TARGET = "target"  # the target: baselines, first steps, a rewrite after a rejection or a cut
 
 
 class StepEnd(StrEnum):

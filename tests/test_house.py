@@ -54,3 +54,33 @@ def test_no_bench_figure_in_a_docstring_or_comment_of_the_packages():
              for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
              for line, text in _prose(path) for sentence in bench_figures(text)]
     assert not found, "bench figures in code (cite the run's folder instead):\n" + "\n".join(found)
+
+
+# Strings that name a role (common.states.Author), a run's state (common.states.RunStatus) or a
+# token method (engine.speculation.TokenMethod): code compares the enum members instead.
+NAMED_BY_ENUMS = {"draft", "target", "running", "complete", "incomplete", "interrupted", "failed",
+                  "ngram", "suffix"}  # not "none": tool_choice has one too
+
+
+def _string_comparisons(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            values = [e for side in sides for e in ([side] if not isinstance(side, (ast.Tuple, ast.Set, ast.List))
+                                                     else side.elts)]
+            found += [(node.lineno, v.value) for v in values
+                      if isinstance(v, ast.Constant) and v.value in NAMED_BY_ENUMS]
+    return found
+
+
+def test_the_comparison_check_finds_a_role_or_state_compared_as_a_string():
+    assert _string_comparisons(ast.parse('x = record.author == "draft"\ny = s in ("complete", "failed")'))
+    assert not _string_comparisons(ast.parse('x = record.author is Author.DRAFT\ny = d["draft"]'))
+
+
+def test_roles_states_and_token_methods_are_compared_as_enum_members():
+    found = [f"{path.relative_to(ROOT)}:{line}: {value!r}"
+             for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+             for line, value in _string_comparisons(ast.parse(path.read_text()))]
+    assert not found, "compare Author / RunStatus / TokenMethod members, not strings:\n" + "\n".join(found)

@@ -278,84 +278,86 @@ def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts
 
 
 def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheaper_under_load():
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
 
     g = GoodputGovernor(min_samples=2, explore_every=5)
     g.enter()
-    assert all(g.decide() is StepMode.DRAFT for _ in range(10))  # alone: always draft
+    assert all(g.decide() is Author.DRAFT for _ in range(10))  # alone: always draft
     for _ in range(7):
         g.enter()  # 8 in flight: bucket 8
     assert g.bucket(g.in_flight) == 8
-    assert [g.decide(), g.decide(), g.decide()] == [StepMode.TARGET] * 3  # explore: the target (the baseline) first
-    g.observe(StepMode.TARGET, 8, 10, 1.0)
-    g.observe(StepMode.TARGET, 8, 10, 1.0)
-    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2  # then drafting, all of it, until it has its samples
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
+    assert [g.decide(), g.decide(), g.decide()] == [Author.TARGET] * 3  # explore: the target (the baseline) first
+    g.observe(Author.TARGET, 8, 10, 1.0)
+    g.observe(Author.TARGET, 8, 10, 1.0)
+    assert [g.decide(), g.decide()] == [Author.DRAFT] * 2  # then drafting, all of it, until it has its samples
+    g.observe(Author.DRAFT, 8, 10, 4.0)
+    g.observe(Author.DRAFT, 8, 10, 4.0)
     decisions = [g.decide() for _ in range(4)]  # decisions 6-9 of the bucket: the 10th explores
-    assert decisions == [StepMode.TARGET] * 4
+    assert decisions == [Author.TARGET] * 4
     # the 10th decision re-measures drafting, which writes until it has 2 more samples
-    assert [g.decide(), g.decide()] == [StepMode.DRAFT] * 2
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
-    assert g.decide() is StepMode.DRAFT
-    g.observe(StepMode.DRAFT, 8, 10, 4.0)
-    assert g.decide() is StepMode.TARGET
+    assert [g.decide(), g.decide()] == [Author.DRAFT] * 2
+    g.observe(Author.DRAFT, 8, 10, 4.0)
+    assert g.decide() is Author.DRAFT
+    g.observe(Author.DRAFT, 8, 10, 4.0)
+    assert g.decide() is Author.TARGET
     assert g.snapshot()["buckets"]["8"] == {
         "draft": {"seconds_per_token": pytest.approx(0.4), "samples": 4, "spoiled": 0},
         "target": {"seconds_per_token": pytest.approx(0.1), "samples": 2, "spoiled": 0}, "decisions": 13}
     for _ in range(7):
         g.exit()
-    assert g.decide() is StepMode.DRAFT  # the load fell: draft again
+    assert g.decide() is Author.DRAFT  # the load fell: draft again
 
 
 def test_goodput_governor_bounds_exploration_carries_verdicts_and_restores():
     """A mode whose steps never run pure (a wave's tail) is explored until ``max_spoiled`` of
     its steps ended impure, then the target, the baseline, writes; a verdict carries to the
     loads it implies; a governor restored from a snapshot decides as the one that took it."""
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
 
     g = GoodputGovernor(min_samples=2, max_spoiled=3, explore_every=50)
     for _ in range(3):
         g.enter()  # bucket 2
     target = [g.begin(g.decide()) for _ in range(2)]
-    assert {t.mode for t in target} == {StepMode.TARGET}  # the target first
+    assert {t.mode for t in target} == {Author.TARGET}  # the target first
     for t in target:
         g.end(t, 10)  # pure: measured
     drafted = [g.begin(g.decide()) for _ in range(2)]
-    assert {t.mode for t in drafted} == {StepMode.DRAFT}  # then drafting
+    assert {t.mode for t in drafted} == {Author.DRAFT}  # then drafting
     for _ in range(3):
-        beside = g.begin(StepMode.TARGET, measured=True)  # a step of the other mode beside each: spoiled
+        beside = g.begin(Author.TARGET, measured=True)  # a step of the other mode beside each: spoiled
         t = g.begin(g.decide())
-        assert t.mode is StepMode.DRAFT
+        assert t.mode is Author.DRAFT
         g.end(beside, 10)
         g.end(t, 10)
     for t in drafted:
         g.end(t, 10)
-    assert g.buckets[2].num_spoiled == {StepMode.TARGET: 3, StepMode.DRAFT: 5}
-    assert g.buckets[2].num_samples == {StepMode.TARGET: 2, StepMode.DRAFT: 0}
+    assert g.buckets[2].num_spoiled == {Author.TARGET: 3, Author.DRAFT: 5}
+    assert g.buckets[2].num_samples == {Author.TARGET: 2, Author.DRAFT: 0}
     # drafting spoiled max_spoiled times, unmeasured: the target writes; the 50th decision re-explores
     decisions = [g.decide() for _ in range(50 - g.buckets[2].num_decisions)]
-    assert set(decisions[:-1]) == {StepMode.TARGET} and decisions[-1] is StepMode.DRAFT
+    assert set(decisions[:-1]) == {Author.TARGET} and decisions[-1] is Author.DRAFT
     # drafting measured dearer at 4-7 in flight: at 8 and beyond the target writes without exploring
     for _ in range(2):
-        g.observe(StepMode.TARGET, 4, 10, 1.0)
-        g.observe(StepMode.DRAFT, 4, 10, 3.0)
+        g.observe(Author.TARGET, 4, 10, 1.0)
+        g.observe(Author.DRAFT, 4, 10, 3.0)
     for _ in range(9):
         g.enter()  # 12 in flight: bucket 8
-    assert {g.decide() for _ in range(20)} == {StepMode.TARGET} and g.buckets[8].num_samples[StepMode.TARGET] == 0
+    assert {g.decide() for _ in range(20)} == {Author.TARGET} and g.buckets[8].num_samples[Author.TARGET] == 0
     # drafting measured cheaper at 16-31: as near as 4-7, so the lower load's verdict holds
     for _ in range(2):
-        g.observe(StepMode.TARGET, 16, 10, 3.0)
-        g.observe(StepMode.DRAFT, 16, 10, 1.0)
-    assert g.decide() is StepMode.TARGET
+        g.observe(Author.TARGET, 16, 10, 3.0)
+        g.observe(Author.DRAFT, 16, 10, 1.0)
+    assert g.decide() is Author.TARGET
     g.buckets.pop(4)  # without it, drafting wins at 8-15 too, without exploring there
     g.buckets.pop(8)
-    assert {g.decide() for _ in range(5)} == {StepMode.DRAFT}
+    assert {g.decide() for _ in range(5)} == {Author.DRAFT}
     again = GoodputGovernor.restore(g.snapshot(), min_samples=2, max_spoiled=3, explore_every=50)
     assert again.snapshot() == g.snapshot() and again.in_flight == 0
     for _ in range(12):
         again.enter()
-    assert {again.decide() for _ in range(5)} == {StepMode.DRAFT}
+    assert {again.decide() for _ in range(5)} == {Author.DRAFT}
 
 
 def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_beside():
@@ -363,50 +365,52 @@ def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_besi
     the reverse) is not a rate of its mode. The target's openings are no samples and belong
     to neither mode (they run in both regimes). A wave of 25: openings, then target steps
     (pure), then drafted steps, measured once the last target step has ended."""
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
 
     now = [0.0]
     g = GoodputGovernor(min_samples=3, explore_every=100, clock=lambda: now[0])
     for _ in range(25):
         g.enter()
-    openings = [g.begin(StepMode.TARGET, measured=False) for _ in range(25)]  # as a policy forces them
+    openings = [g.begin(Author.TARGET, measured=False) for _ in range(25)]  # as a policy forces them
     now[0] = 2.0
     for t in openings[:24]:
         g.end(t, 20)
     assert g.buckets == {}  # openings: no samples
     first = [g.begin(g.decide()) for _ in range(24)]
-    assert {t.mode for t in first} == {StepMode.TARGET}  # the target is unmeasured: explored first
+    assert {t.mode for t in first} == {Author.TARGET}  # the target is unmeasured: explored first
     now[0] = 4.0
     for t in first[:3]:  # beside the last opening: measured all the same, 0.1 s a token
         g.end(t, 20)
-    assert g.buckets[16].seconds_per_token[StepMode.TARGET] == pytest.approx(0.1)
+    assert g.buckets[16].seconds_per_token[Author.TARGET] == pytest.approx(0.1)
     drafted = [g.begin(g.decide()) for _ in range(3)]  # measured: now the whole wave drafts
-    assert {t.mode for t in drafted} == {StepMode.DRAFT}
+    assert {t.mode for t in drafted} == {Author.DRAFT}
     now[0] = 5.0
     g.end(openings[24], 30)
     for t in first[3:] + drafted:  # each ran beside steps of the other mode: not measured
         g.end(t, 10)
-    assert g.buckets[16].num_samples == {StepMode.TARGET: 3, StepMode.DRAFT: 0}
+    assert g.buckets[16].num_samples == {Author.TARGET: 3, Author.DRAFT: 0}
     pure = [g.begin(g.decide()) for _ in range(25)]
-    assert {t.mode for t in pure} == {StepMode.DRAFT}
+    assert {t.mode for t in pure} == {Author.DRAFT}
     now[0] = 8.0
     for t in pure[:3]:
         g.end(t, 20)  # 0.15 s a token, every trace drafting: measured
-    assert g.buckets[16].seconds_per_token[StepMode.DRAFT] == pytest.approx(0.15)
-    assert g.decide() is StepMode.TARGET  # both measured: 0.1 s a token against 0.15, the target wins
+    assert g.buckets[16].seconds_per_token[Author.DRAFT] == pytest.approx(0.15)
+    assert g.decide() is Author.TARGET  # both measured: 0.1 s a token against 0.15, the target wins
     # a target step begun beside the 22 drafted steps still running is not measured, nor are they
-    beside = g.begin(StepMode.TARGET)
+    beside = g.begin(Author.TARGET)
     now[0] = 9.0
     g.end(beside, 1)
     for t in pure[3:]:
         g.end(t, 20)
-    assert g.buckets[16].num_samples == {StepMode.TARGET: 3, StepMode.DRAFT: 3}
-    assert g.num_running == {StepMode.DRAFT: 0, StepMode.TARGET: 0, None: 0}
+    assert g.buckets[16].num_samples == {Author.TARGET: 3, Author.DRAFT: 3}
+    assert g.num_running == {Author.DRAFT: 0, Author.TARGET: 0, None: 0}
 
 
 def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
     """The first step carries the question's prefill: its seconds per token are not its mode's."""
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
 
     for draft_opening in (False, True):  # drafting from the first step, or the opening drafted
         g = GoodputGovernor()
@@ -414,13 +418,14 @@ def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
                                draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(True),
                                governor=g))
         assert [s.author for s in trace.steps] == ["draft"] * 3
-        assert g.buckets[1].num_samples[StepMode.DRAFT] == 2  # the second and third steps
+        assert g.buckets[1].num_samples[Author.DRAFT] == 2  # the second and third steps
 
 
 @pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
 def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     """Many problems in flight, target steps measured cheaper per token: the target writes."""
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
     from orchestrator.reasoner import Reasoner
     from routers.threshold import ThresholdRouter
 
@@ -432,8 +437,8 @@ def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     assert isinstance(reasoner.governor, GoodputGovernor)
     for b in (4, 8):  # measured earlier at this load: drafting costs 10x more per token
         for _ in range(reasoner.governor.min_samples):
-            reasoner.governor.observe(StepMode.DRAFT, b, 10, 10.0)
-            reasoner.governor.observe(StepMode.TARGET, b, 10, 1.0)
+            reasoner.governor.observe(Author.DRAFT, b, 10, 10.0)
+            reasoner.governor.observe(Author.TARGET, b, 10, 1.0)
     solutions = reasoner.solve_many([Q] * 8)
     steps = [s for sol in solutions for s in sol.trace.steps]
     backed_off = [s for s in steps if s.backoff]

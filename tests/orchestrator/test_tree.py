@@ -392,15 +392,16 @@ def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_
 
 
 def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_at_the_load():
-    from orchestrator.goodput import GoodputGovernor, StepMode
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
 
     def loaded(others):
         g = GoodputGovernor()
         for _ in range(others):
             g.enter()  # other problems in flight
         for _ in range(g.min_samples):  # measured with 8 in flight: a drafted round costs 10x more per token
-            g.observe(StepMode.DRAFT, 8, 10, 10.0)
-            g.observe(StepMode.TARGET, 8, 10, 1.0)
+            g.observe(Author.DRAFT, 8, 10, 10.0)
+            g.observe(Author.TARGET, 8, 10, 1.0)
         return g
 
     def target_writes(prompt, seed):
@@ -415,7 +416,7 @@ def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_
     assert [(s.author, s.backoff) for s in trace.steps] == [("target", False), ("target", True)]
     assert trace.num_backoff_steps == 1 and trace.search["options"]["backoff"]
     # the trace left the governor, which observed what the target wrote under its decision
-    assert g.in_flight == 7 and g.buckets[8].num_samples[StepMode.TARGET] == g.min_samples + 1
+    assert g.in_flight == 7 and g.buckets[8].num_samples[Author.TARGET] == g.min_samples + 1
     # alone, the same measurements: the draft drafts
     draft, target = Sampler("d", lambda p, s: "so \\boxed{5}"), Sampler("t", target_writes)
     alone = asyncio.run(best_of_n(Q, draft=draft, target=target, judge=WordVerifier(), n=3, first_target_steps=1,

@@ -281,7 +281,7 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
     lax = read_samples(tmp_path / "run" / "samples_add_sr-lax.jsonl")
     assert {r.trace.strategy for r in lax} == {"specreason"}
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "| sr-lax | latency | 4 | 50.0% ± 28.9% | 2 / 0 / +2 |" in report
+    assert "| sr-lax | latency | 4 | 50.0% ± 28.9% | 2 / 0 / net loss 2 |" in report
     assert ("* `sr-lax`: `specreason`; judge `score`; judge=\"score\", judge_options={\"threshold\": 0}, "
             "first_target_steps=0") in report
     # the saved config reads back: a resumed run finds every arm done
@@ -353,7 +353,7 @@ def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_
                                                                   / walls["sr-lax"]["wall_seconds"])
     assert tp["target-only"]["throughput"]["speedup"] == 1.0
     report = (run / "report.md").read_text()
-    assert "| sr-strict | throughput | 6 | 100.0% ± 0.0% | 0 / 0 / +0 |" in report
+    assert "| sr-strict | throughput | 6 | 100.0% ± 0.0% | 0 / 0 / net 0 |" in report
     assert f"| sr-lax | throughput | 6 | {1 - len(wrong) / 6:.1%}" in report
     assert "**Throughput mode**" in report and "**Latency mode**" not in report
     assert all((run / p).stat().st_size > 1000 for p in PLOTS)

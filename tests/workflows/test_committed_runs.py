@@ -47,7 +47,7 @@ def rebuilt_report(measured: str, tmp_path) -> tuple[Path, str]:
 
 def test_the_committed_best_of_n_pilot_pairs_its_labelled_arm_with_the_twin(tmp_path):
     _, report = rebuilt_report("gsm8k_offset100_bon_rules_pilot_cpu", tmp_path)
-    row = "| bon-rules | throughput | 10 | 60.0% ± 16.3% | 0 / 0 / +0 (vs best-of-n-target) | 446 | 0.81× |"
+    row = "| bon-rules | throughput | 10 | 60.0% ± 16.3% | 0 / 0 / net 0 (vs best-of-n-target) | 446 | 0.81× |"
     assert row in report
 
 
@@ -55,7 +55,7 @@ def test_report_of_a_committed_run_rebuilds(tmp_path):
     run, report = rebuilt_report("gsm8k30_cpu", tmp_path)
     assert "| specreason | 30 | 20.0% ± 7.4% | 20.0% | 63.2 | 90.5 | 4.67 | 1.18× | 1.19× |" in report
     # paired: target-only solves 18; specreason loses 13 of them and gains 1
-    assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in report
+    assert "| specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / net loss 12 |" in report
     assert "* `specreason`: `specreason`; judge `score`" in report  # told by its steps (the default then)
     assert all((run / p).stat().st_size > 1000 for p in PLOTS)
 
@@ -70,7 +70,8 @@ def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_c
     assert update_headline(readme) and not update_headline(readme)  # built, then already current
     text = readme.read_text()
     assert "old table" not in text and text.endswith("<!-- /headline -->\nrest\n")
-    assert "| [gsm8k30_cpu](runs/gsm8k30_cpu/report.md) | specreason | latency | 30 | 20.0% ± 7.4% | 13 / 1 / +12 |" in text
+    assert "From [gsm8k30_cpu](runs/gsm8k30_cpu/report.md)" in text
+    assert "| specreason | one at a time (30 problems) | 6/30 | 18/30: net loss 12 (lost 13, gained 1) |" in text
     readme.write_text("no block")
     with pytest.raises(ValueError, match="no '<!-- headline"):
         update_headline(readme)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from common.options import checked
+from common.states import RunStatus
 from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, opt, parse_opts,
                                   run_interruptible, setup_logging, strategy_flag, takes)
 from orchestrator.config import RunSettings
@@ -125,7 +126,7 @@ def _print_results(results: Results, run_dir: str) -> None:
             out.add_row(*row)
         shown.print(out)
     console.print(f"run directory: {run_dir}  (report: {os.path.join(run_dir, 'report.md')})")
-    if results.status == "incomplete":  # this session ran some of the run's modes
+    if results.status == RunStatus.INCOMPLETE:  # this session ran some of the run's modes
         console.print(f"the run's other mode waits: `stepspec bench --resume {run_dir}`", highlight=False)
 
 

@@ -10,7 +10,8 @@ import inspect
 import json
 import logging
 import os
-from typing import Any, Awaitable, Callable, Iterable, Literal, Optional, TypeVar, get_origin
+import types
+from typing import Any, Awaitable, Callable, Iterable, Literal, Optional, TypeVar, Union, get_origin
 
 import typer
 from pydantic import BaseModel
@@ -81,7 +82,7 @@ def _flag_type(annotation: Any) -> Any:
     """The type typer parses a field's flag as: a Literal or a tuple of names is a string (the
     model checks it; a tuple or list is given comma-separated); optional stays optional."""
     base, nullable = strip_none(annotation)
-    if get_origin(base) in (Literal, tuple, list):
+    if get_origin(base) in (Literal, tuple, list, Union, types.UnionType):  # a union: a method or "auto"
         base = str
     elif not (base in (str, int, float, bool) or (isinstance(base, type) and issubclass(base, enum.Enum))):
         raise TypeError(f"a field of type {annotation} has no flag; declare it in the command")

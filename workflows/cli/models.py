@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from common.states import Author
 from engine.models import (
     PRESETS,
     FolderPreset,
@@ -62,7 +63,7 @@ def models_prepare(
         with prepare_progress() as on_progress:
             path = prepare(name, force=force, on_progress=on_progress)
         console.print(f"{preset.name}: {path}")
-        if preset.role in ("target", "draft"):
+        if preset.role in tuple(Author):
             _print_dtype(preset.name, path)
 
 

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
+from common.states import Author
 from orchestrator.config import RunSettings
 from common.options import checked
 from workflows.cli.common import (GAMMA, JUDGE, JUDGE_OPT, MAX_GAMMA, ROUTER, ROUTER_OPT, STRATEGY, VERBOSE, app,
@@ -188,7 +189,7 @@ def print_step(record, width: int = 0) -> None:
     if record.judge in ("learned", "threshold"):  # a router's number is its p_target
         score = f" p_target{score}"
     cut = record.cut
-    if record.author == "draft":
+    if record.author is Author.DRAFT:
         head.append(f"✓ draft{score}", style="bold green")
     elif cut is not None:
         head.append(f"✂ draft cut at token {cut['offset']} {cut['token']!r} (target logprob "
@@ -198,11 +199,11 @@ def print_step(record, width: int = 0) -> None:
     else:
         head.append("■ target" + (" (backoff: drafting does not pay at this load)" if record.backoff else ""),
                     style="bold blue")
-    tokens = record.num_draft_tokens if record.author == "draft" else record.num_target_tokens
+    tokens = record.num_draft_tokens if record.author is Author.DRAFT else record.num_target_tokens
     head.append(f"  {tokens} tok" + (f" + {record.num_kept_tokens} kept" if record.num_kept_tokens else "")
                 + ("" if record.complete else ", cut at the cap"), style="dim")
     console.print(head, soft_wrap=True)  # one line per step, never wrapped: its marks are what a reader scans
-    if record.author == "draft":
+    if record.author is Author.DRAFT:
         console.print(Text(record.text, style="green"), highlight=False)
         return
     kept = cut["kept_text"] if cut is not None else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from common.states import Author
 from orchestrator.trace import Trace
 from orchestrator.tree import load_tree
 
@@ -70,7 +71,7 @@ def draw_tree(trace: Trace, path: str | os.PathLike) -> str:
         data = g.nodes[n]
         color = ("tab:green" if data.get("chosen") or n == 0 else
                  "tab:orange" if data.get("beam") else "0.8")
-        marker = "s" if data.get("author") == "target" else "o"
+        marker = "s" if data.get("author") == Author.TARGET else "o"
         ax.scatter([x], [y], s=220, c=color, marker=marker, zorder=2, edgecolors="black", linewidths=0.5)
         score, share = data.get("score"), data.get("plausible")
         shown = (f"{share:.0%}" if share is not None else "-" if score is None else f"{score:.1f}")

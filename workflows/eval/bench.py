@@ -58,6 +58,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import Field
 
+from common.states import Author
 from common.names import did_you_mean
 from common.options import checked
 from engine.config import EngineConfig, EnginePair
@@ -86,7 +87,7 @@ def _role_names(role: str, configs: list[EngineConfig]) -> list[str]:
         return getattr(c, "speculation", None) or "none"
 
     def tell(c: EngineConfig) -> str:
-        if role == "draft":
+        if role == Author.DRAFT:
             return f"draft ({Path(str(getattr(c, 'model', ''))).name})"
         if sum(method(d) == method(c) for d in distinct) > 1:
             return f"target ({method(c)}: {Path(str(getattr(c, 'draft_model', None) or '')).name or 'none'})"

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from statistics import fmean
 
+from common.states import RunStatus
 from common.counts import summed
 
 from workflows.eval.plots import write_plots
@@ -75,8 +76,13 @@ def _vs(arm: str, m: ArmSummary, baseline: str | None) -> str:
         return "-"
     if paired.over.split(" (")[0] == arm:
         return "baseline"
-    return (f"{paired.lost} / {paired.gained} / {paired.net:+d}"
+    return (f"{paired.lost} / {paired.gained} / {net_words(paired.net)}"
             + (f" (vs {paired.over})" if paired.over != baseline else ""))
+
+
+def net_words(net: int) -> str:
+    """``net`` = lost − gained in words: "net loss 5", "net gain 1", "net 0"."""
+    return f"net loss {net}" if net > 0 else f"net gain {-net}" if net < 0 else "net 0"
 
 
 def _speed(m: ArmSummary, mode: str) -> tuple[str, str]:
@@ -86,7 +92,7 @@ def _speed(m: ArmSummary, mode: str) -> tuple[str, str]:
         return "-", ("-" if m.speedup.median is None else
                      f"{m.speedup.median:.2f}× median, {m.speedup.geomean:.2f}× geomean")
     tp = m.throughput
-    wall = (_seconds(tp.wall_seconds) if tp.status == "complete" else
+    wall = (_seconds(tp.wall_seconds) if tp.status == RunStatus.COMPLETE else
             f"{tp.status or 'not run'} ({tp.num_solved or 0} of {tp.num_problems})")
     speed = ("not compared: timed in another session than the baseline" if tp.other_session
              else _fmt(tp.speedup, ".2f", "×"))
@@ -188,25 +194,35 @@ HEADLINE = re.compile(r"(<!-- headline: (?P<runs>[^>]*?) -->\n)(?P<table>.*?)(<!
 
 
 def headline_table(run_dirs: list[str | Path], root: Path | None = None) -> str:
-    """The headline results of committed runs as one markdown table: per run, arm and mode,
-    accuracy paired against the baseline beside every speed, the share of the ceiling where the
-    run has one, and the target's token share; each run linked to its report (paths relative
-    to ``root``, the README's folder)."""
-    header = ["run", "arm", "mode", "n", "accuracy", "vs target-only: lost / gained / net", "speed vs target-only",
-              "share of ceiling", "target tok share"]
-    rows = []
+    """The headline results of committed runs, one table each, for a newcomer: per strategy and
+    mode, the problems solved beside target-only's on the same problems and the paired net loss
+    or gain, and the speed against target-only, under a line naming the run (its report linked,
+    paths relative to ``root``, the README's folder) and the CPU it ran on."""
+    tables = []
     for run_dir in map(Path, run_dirs):
         results, _, _ = recompute(run_dir)
         report = (run_dir / "report.md").relative_to(root) if root else run_dir / "report.md"
-        _, comparison = comparison_table(results)
-        columns = comparison_table(results)[0]
-        for row in comparison:
-            cell = dict(zip(columns, row))
-            rows.append([f"[{run_dir.name}]({report.as_posix()})", cell["arm"], cell["mode"], cell["n"],
-                         cell[columns[3]], cell[columns[4]], cell["speedup"] if cell["mode"] == "latency"
-                         else f"{cell['speedup']} ({cell['wall s']} s)", cell.get("share of ceiling", "-"),
-                         cell["target tok share"]])
-    return markdown_table(header, rows) + "\n"
+        wave = results.config.throughput_wave
+        modes = {"latency": "one at a time", "throughput": f"in waves of {wave} at once" if wave else "all at once"}
+        rows = []
+        for arm in results.config.strategies:
+            for mode in MODES:
+                m = results.summary(mode).get(arm)
+                if m is None or not m.num_problems or m.paired is None:
+                    continue
+                p, n = m.paired, m.num_problems
+                solved = "-" if p.accuracy is None else f"{round(p.accuracy * p.num_problems)}/{p.num_problems}"
+                base = ("-" if p.baseline_accuracy is None else
+                        f"{round(p.baseline_accuracy * p.num_problems)}/{p.num_problems}")
+                speed = _speed(m, mode)[1]
+                rows.append([arm, f"{modes[mode]} ({n} problems)", solved,
+                             "the baseline" if p.over and p.over.split(" (")[0] == arm else
+                             f"{base}: {net_words(p.net)} (lost {p.lost}, gained {p.gained})", speed])
+        cpu = next((s.hardware.cpu for s in results.run.sessions if s.hardware.cpu), None)
+        tables.append(f"From [{run_dir.name}]({report.as_posix()})" + (f", CPU: {cpu}" if cpu else "") + ".\n\n"
+                      + markdown_table(["strategy", "mode", "solved", "target-only on the same problems",
+                                        "speed against target-only"], rows))
+    return "\n".join(tables) + "\n"
 
 
 def update_headline(readme: str | Path) -> bool:
@@ -250,11 +266,11 @@ def wave_table(results: Results, throughput: Records) -> tuple[list[str], list[l
             right = sum(r.is_correct(primary) for r in solved[arm])
             row += [f"{right}/{len(solved[arm])}" if solved[arm] else "-",
                     "not run" if w is None else f"{w.wall_seconds:.0f} ({w.session + 1})"
-                    if w.status == "complete" else w.status]
+                    if w.status == RunStatus.COMPLETE else w.status]
         for arm, over in compared.items():
             paired = paired_counts(solved[arm], solved[over], primary)
             mine, base = timed[arm], timed[over]
-            speed = ("-" if mine is None or base is None or not mine.status == base.status == "complete"
+            speed = ("-" if mine is None or base is None or not mine.status == base.status == RunStatus.COMPLETE
                      else "sessions differ" if mine.session != base.session
                      else f"{base.wall_seconds / mine.wall_seconds:.2f}×")
             row += [f"{paired.lost} / {paired.gained}" if paired.num_problems else "-", speed]

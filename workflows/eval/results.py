@@ -17,23 +17,13 @@ holds ``run.throughput["target-only"]`` with a ``wall_seconds`` and no ``waves``
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from common.counts import summed
+from common.states import Author, RunStatus
 from orchestrator.trace import StepRecord, Trace
-
-
-class RunStatus(StrEnum):
-    """Where a run, a throughput arm or a wave stands."""
-
-    RUNNING = "running"  # being solved now (or the process died: a resume runs it again)
-    COMPLETE = "complete"
-    INCOMPLETE = "incomplete"  # stopped between waves, or with another mode's work left for a later session
-    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
-    FAILED = "failed"  # an error; the session names it
 
 
 class Record(BaseModel):
@@ -289,14 +279,14 @@ class RunConfig(Record):
     target_spec: str | None = None
     draft_spec: str | None = None
 
-    def url(self, role: str) -> str | None:
-        return self.target_url if role == "target" else self.draft_url
+    def url(self, role: Author) -> str | None:
+        return self.target_url if Author(role) is Author.TARGET else self.draft_url
 
-    def model(self, role: str) -> str | None:
-        return self.target if role == "target" else self.draft
+    def model(self, role: Author) -> str | None:
+        return self.target if Author(role) is Author.TARGET else self.draft
 
-    def spec(self, role: str) -> str | None:
-        return self.target_spec if role == "target" else self.draft_spec
+    def spec(self, role: Author) -> str | None:
+        return self.target_spec if Author(role) is Author.TARGET else self.draft_spec
 
 
 class Overhead(Record):

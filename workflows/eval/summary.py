@@ -62,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.states import RunStatus
 from workflows.eval.results import (ArmSummary, Ceiling, Paired, Profile, Results, Sample, Speedup,
                                     ThroughputFigures, TokenLevel, VsScore)
 
@@ -292,10 +293,10 @@ def throughput_figures(results: Results, arm: str, m: ArmSummary, over: str | No
     # resumed run's sessions may run on another CPU or beside other work, and the same
     # solves, the same texts, can take twice as long.
     timed = [(a, b) for a, b in zip(results.run.waves(arm), results.run.waves(over) if compared else [])
-             if a.status == b.status == "complete"]
+             if a.status == b.status == RunStatus.COMPLETE]
     paired = [(a.wall_seconds, b.wall_seconds) for a, b in timed if a.session == b.session]
     mine_paired, base_paired = sum(a for a, _ in paired), sum(b for _, b in paired)
-    mine = run.wall_seconds if run is not None and run.status == "complete" else None
+    mine = run.wall_seconds if run is not None and run.status == RunStatus.COMPLETE else None
     return ThroughputFigures(
         status=None if run is None else run.status, wall_seconds=mine,
         num_problems=None if run is None else run.num_problems, num_solved=None if run is None else run.num_solved,

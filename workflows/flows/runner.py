@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common.files import atomic_write_json
+from common.states import RunStatus
 from engine.config import OpenAIEngineConfig, VLLMEngineConfig, build_engine, check_model
 from engine.models import ModelError
 from engine.protocol import Engine, EngineUnavailableError
@@ -74,15 +75,6 @@ class NodeStatus(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
     SKIPPED = "skipped"  # a node: one it reads from did not finish; an item: not started
-
-
-class RunStatus(str, enum.Enum):
-    """Where a whole run stands in its record."""
-
-    RUNNING = "running"
-    COMPLETE = "complete"
-    FAILED = "failed"  # a node failed or was skipped (or the engines did not start: ``error``)
-    INTERRUPTED = "interrupted"  # Ctrl-C or a signal
 
 
 class MapError(RuntimeError):

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
+from common.states import Author
 from common.files import JsonlError, append_jsonl, atomic_write_json, read_jsonl, resume_record
 from engine.exclusive import TurnTaking
 from engine.protocol import Engine
@@ -183,7 +184,7 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
             (grade,) = grader.grade(trace.text, p.reference).values()
             record = {"problem_id": pid, "question": p.question, "reference": p.reference,
                       "answer": grade.extracted, "correct": grade.correct, "num_steps": len(trace.steps),
-                      "num_target_won": sum(1 for s in trace.steps if s.author == "target"),
+                      "num_target_won": sum(1 for s in trace.steps if s.author is Author.TARGET),
                       "stop_reason": trace.stop_reason, "error": trace.error, "seconds": trace.seconds}
             if trace.error is None:  # a problem cut short by an engine failure is collected again
                 append_jsonl(files.problems, record)
