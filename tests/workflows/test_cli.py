@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -179,19 +180,53 @@ def test_bench_opt_values_none_and_null_switch_an_option_off():
                                              "tolerance": 2}}}
 
 
-def _makefile_bench_runs(tmp_path, target="bench-verify", **dirs):
-    """What `make bench-verify` (or another bench ``target``) gives `stepspec bench` for each of its
-    runs when they are new (as make expands it: `make -n`), keyed by output directory name."""
-    import re
-    import shlex
-    from pathlib import Path
+RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "runs"
 
-    root = Path(__file__).resolve().parents[2]
-    dirs = dirs or {"VERIFY_DIR": "main", "BENCH_PLAN_DIR": "plan"}
-    out = subprocess.run(["make", "-n", "-s", target, *(f"{k}={tmp_path / v}" for k, v in dirs.items())],
-                         cwd=root, capture_output=True, text=True, check=True).stdout
-    commands = [shlex.split(c) for c in re.findall(r"else (?:LD_PRELOAD=\S+ )?\S*stepspec bench (.*?); fi", out)]
-    return {Path(args[args.index("--output-dir") + 1]).name: args for args in commands}
+
+def _config_runs(tmp_path, *names):
+    """`stepspec bench --config benchmarks/runs/NAME.yaml` into a fresh folder, per name."""
+    return {n: ["--config", str(RUNS / f"{n}.yaml"), "--output-dir", str(tmp_path / n)] for n in names}
+
+
+def test_each_bench_config_file_is_its_committed_runs_settings(tmp_path):
+    """Every file in benchmarks/runs/ loads, checks, and holds the settings its committed run
+    (output_dir) was started with, so `make bench-config CONFIG=FILE` resumes that run. The two
+    frontier choice files say why they do not: their run predates an option their arms now need."""
+    from workflows.cli.bench import _started_from
+    from workflows.eval.bench import load_bench_config
+
+    files = sorted(RUNS.glob("*.yaml"))
+    assert len(files) >= 10
+    for path in files:
+        spec, output_dir = load_bench_config(path)
+        assert output_dir and output_dir.startswith("benchmarks/measured/"), path
+        root = RUNS.parents[1]
+        if path.stem in ("frontier_aligned", "frontier_unaligned"):
+            assert "predates draft_opening" in path.read_text()
+            with pytest.raises(ValueError, match="other settings than .* \\(strategy_options\\)"):
+                _started_from(spec, str(root / output_dir), str(path))
+        else:
+            assert _started_from(spec, str(root / output_dir), str(path)) == str(root / output_dir), path
+
+
+def test_bench_config_errors_name_the_file_and_the_fix(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: gsm8k\nlimt: 3\n")
+    r = stepspec("bench", "--config", str(bad), "--no-progress")
+    assert r.returncode == 2 and "limt" in r.stderr and str(bad) in " ".join(r.stderr.split()), r.stderr
+    bad.write_text("dataset: gsm8k\ndataset: aime24\n")
+    r = stepspec("bench", "--config", str(bad), "--no-progress")
+    assert r.returncode == 2 and "duplicate key 'dataset'" in r.stderr, r.stderr
+    good = tmp_path / "good.yaml"
+    good.write_text("limit: 2\nstrategies: [target-only]\n")
+    r = stepspec("bench", "--config", str(good), "--limit", "3", "--no-progress")
+    message = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "holds the run's settings; --limit would change it" in message, r.stderr
+    r = stepspec("bench", "--config", str(good), "--mode", "latency", "--output-dir", str(tmp_path / "new"),
+                 "--no-progress")
+    assert r.returncode == 2 and "holds no run yet" in " ".join(r.stderr.split()), r.stderr
+    r = stepspec("bench", "--config", str(tmp_path / "none.yaml"), "--no-progress")
+    assert r.returncode == 2 and "no such bench config file" in r.stderr
 
 
 def _bench_config(args, monkeypatch):
@@ -217,14 +252,14 @@ def _bench_config(args, monkeypatch):
     return spec.model_dump(mode="json"), checked, {a: (arms[a].strategy, arms[a].judge) for a in arms}
 
 
-def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(
+def test_the_speed_config_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(
         tmp_path, monkeypatch):
-    """`make bench` up to the engines: the default specreason beside target-only and draft-only
+    """`make bench` (benchmarks/runs/speed.yaml) up to the engines: the default specreason beside target-only and draft-only
     (the pair's ceiling), in both modes, every engine setting at its default; under load also
     target-only on specreason's target (suffix decoding), the faster target in a batch."""
     from engine.config import EnginePair
 
-    (args,) = _makefile_bench_runs(tmp_path, "bench", BENCH_DIR="speed").values()
+    (args,) = _config_runs(tmp_path, "speed").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
                     "draft-only": ("draft-only", None), "to-suffix": ("target-only", None)}
@@ -238,13 +273,13 @@ def test_make_bench_is_the_default_against_target_only_and_the_ceiling_at_defaul
     assert checked["specreason"].options == {}  # the strategy's defaults
 
 
-def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp_path, monkeypatch):
-    """`make bench-aligned` up to the engines: specreason with the unaligned and the aligned
+def test_the_aligned_config_runs_specreason_with_each_draft_on_three_engines(tmp_path, monkeypatch):
+    """benchmarks/runs/aligned.yaml up to the engines: specreason with the unaligned and the aligned
     draft, the governor off in both, against target-only, every target on suffix decoding, so
     the run needs three engines (one target, two drafts)."""
     import workflows.eval.bench as bench
 
-    (args,) = _makefile_bench_runs(tmp_path, "bench-aligned", ALIGNED_DIR="aligned").values()
+    (args,) = _config_runs(tmp_path, "aligned").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
                     "sr-aligned": ("specreason", "likelihood")}
@@ -257,19 +292,19 @@ def test_make_bench_aligned_runs_specreason_with_each_draft_on_three_engines(tmp
     assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
 
 
-@pytest.mark.parametrize("target, problems", [("bench-frontier", (100, 30, 15)),
-                                             ("bench-frontier-report", (0, 100, 25))])
-def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_engines(
+@pytest.mark.parametrize("target, problems", [("frontier", (100, 30, 15)),
+                                             ("frontier_report", (0, 100, 25))])
+def test_the_frontier_configs_sweep_the_targets_opening_with_each_draft_on_two_engines(
         target, problems, tmp_path, monkeypatch):
-    """`make bench-frontier` (chosen on GSM8K 100-129) and `make bench-frontier-report` (reported
+    """benchmarks/runs/frontier_*.yaml (chosen on GSM8K 100-129) and frontier_report_*.yaml (reported
     on 0-99) up to the engines: one run per draft, specreason with the target writing its first
     0, 1 and 2 steps (the governor off, and the opening sentence not drafted, which would make
     k=1 the same as k=0) beside target-only, under load in waves."""
     import workflows.eval.bench as bench
 
-    runs = _makefile_bench_runs(tmp_path, target, FRONTIER_DIR="frontier", FRONTIER_REPORT_DIR="frontier")
-    assert sorted(runs) == ["aligned", "unaligned"]
-    for name, args in runs.items():
+    runs = _config_runs(tmp_path, f"{target}_aligned", f"{target}_unaligned")
+    for file, args in runs.items():
+        name = file.rsplit("_", 1)[1]
         config, checked, arms = _bench_config(args, monkeypatch)
         assert (config["offset"], config["limit"], config["throughput_wave"]) == problems
         assert config["modes"] == ["throughput"]
@@ -280,13 +315,13 @@ def test_make_bench_frontier_sweeps_the_targets_opening_with_each_draft_on_two_e
         assert sorted(engines) == ["draft", "target"] and engines["draft"].model.endswith(draft)
 
 
-def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
-    """`make bench-verify`'s two command lines, up to the engines: every arm builds its reasoner,
+def test_the_verify_configs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
+    """benchmarks/runs/verify.yaml and verify_plan.yaml, up to the engines: every arm builds its reasoner,
     and each run's config holds the arms, modes and limits."""
-    runs = _makefile_bench_runs(tmp_path)
-    assert sorted(runs) == ["main", "plan"]
+    runs = _config_runs(tmp_path, "verify", "verify_plan")
+    runs = {"main": runs["verify"], "plan": runs["verify_plan"]}
     for config in (_bench_config(args, monkeypatch)[0] for args in runs.values()):
-        assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
+        assert set(config["modes"]) == {"throughput", "latency"} and config["latency_limit"] == 30
         assert config["limit"] == 100 and config["max_num_seqs"] == 100 and config["kv_cache_gib"] == 1.5
         assert config["max_tokens"] == 640 and config["target_spec"] == "suffix"
         assert config["target_dtype"] == config["draft_dtype"] == "float32"  # as the committed runs ran
@@ -298,7 +333,7 @@ def test_make_bench_verify_runs_are_valid_and_saved_as_given(tmp_path, monkeypat
     assert (loose.floor, loose.max_rank, loose.math_max_rank) == (-8, None, None)
     typed = checked["sr-lik-typed"].judge
     assert (typed.floor, typed.math_max_rank) == (-5.0, 1)
-    assert config["strategies"] == ["target-only", "sr-score", "sr-lik-exact", "sr-lik-typed", "sr-lik-loose"]
+    assert config["strategies"] == ["target-only", "sr-score", "sr-lik-typed", "sr-lik-exact", "sr-lik-loose"]
     assert config["latency_strategies"] == ["target-only", "sr-score", "sr-lik-typed"]
     options = config["strategy_options"]
     assert options["sr-lik-exact"]["judge_options"] == {"max_rank": 1, "floor": None, "math_max_rank": None}
@@ -352,8 +387,8 @@ def test_bench_with_a_model_that_does_not_resolve_leaves_no_run_behind(tmp_path)
     assert not (tmp_path / "r").exists()
 
 
-def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_their_twins(tmp_path, monkeypatch):
-    (args,) = _makefile_bench_runs(tmp_path, "bench-tree", TREE_DIR="tree").values()
+def test_the_tree_config_runs_the_search_strategies_on_the_verifier_against_their_twins(tmp_path, monkeypatch):
+    (args,) = _config_runs(tmp_path, "tree").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
     assert config["throughput_wave"] == 10  # resumable wave by wave, each wave timed for all arms in one session
@@ -363,11 +398,11 @@ def test_make_bench_tree_runs_the_search_strategies_on_the_verifier_against_thei
                for s in ("best-of-n", "best-of-n-target"))
 
 
-def test_make_bench_router_runs_the_committed_router_beside_the_verifier_curve(tmp_path, monkeypatch):
-    """`make bench-router` up to the engines: the committed router file loads under this
+def test_the_router_config_runs_the_committed_router_beside_the_verifier_curve(tmp_path, monkeypatch):
+    """benchmarks/runs/router.yaml up to the engines: the committed router file loads under this
     feature version, and specreason runs on the verifier at two strictnesses beside it."""
     pytest.importorskip("torch", reason="the router file needs torch")
-    (args,) = _makefile_bench_runs(tmp_path, "bench-router", ROUTER_DIR="router").values()
+    (args,) = _config_runs(tmp_path, "router").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert config["limit"] == 100 and config["latency_limit"] == 30 and config["modes"] == ["throughput", "latency"]
     assert arms == {"target-only": ("target-only", None), "arbitrage": ("arbitrage", None),
@@ -384,12 +419,12 @@ def test_make_bench_router_runs_the_committed_router_beside_the_verifier_curve(t
     assert (loose.floor, loose.math_max_rank) == (-8, None) and checked["sr-lik"].judge.floor == -5.0
 
 
-def test_make_bench_router_generated_runs_the_retrained_router_beside_the_committed_one(tmp_path, monkeypatch):
-    """`make bench-router-generated` up to the engines: the router retrained on generated problems
+def test_the_router_generated_config_runs_the_retrained_router_beside_the_committed_one(tmp_path, monkeypatch):
+    """benchmarks/runs/router_generated.yaml up to the engines: the router retrained on generated problems
     and the committed one (trained on gsm_symbolic) each drive an arbitrage arm, the same way
     (the target writes the first two steps, the governor off), beside target-only, under load."""
     pytest.importorskip("torch", reason="the router file needs torch")
-    (args,) = _makefile_bench_runs(tmp_path, "bench-router-generated", ROUTER_GEN_DIR="gen").values()
+    (args,) = _config_runs(tmp_path, "router_generated").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert (config["limit"], config["throughput_wave"], config["modes"]) == (100, 25, ["throughput"])
     assert arms == {"target-only": ("target-only", None), "arbitrage": ("arbitrage", None),

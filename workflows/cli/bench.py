@@ -15,7 +15,7 @@ from common.states import RunStatus
 from workflows.cli.common import (GAMMA, MAX_GAMMA, ROUTER, VERBOSE, app, console, opt, parse_opts,
                                   run_interruptible, setup_logging, strategy_flag, takes)
 from orchestrator.config import RunSettings
-from workflows.eval.bench import BenchSpec
+from workflows.eval.bench import BenchSpec, load_bench_config
 from workflows.eval.results import Results, Sample
 
 bench_app = typer.Typer(help="Strategies side by side on GSM8K, AIME, MATH-500 or your JSONL.")
@@ -153,6 +153,9 @@ def bench(
     max_num_seqs: int = opt(RunSettings, "max_num_seqs", more="Throughput mode raises it to the number of "
                              "problems (in-process engines; a server batches as it was started)."),
     output_dir: Optional[str] = typer.Option(None, help="Run directory (default runs/<dataset>-<time>)."),
+    config: Optional[str] = typer.Option(None, help="A bench config file (YAML: the run's settings, flag names "
+                                         "with underscores, and output_dir), instead of the flags; "
+                                         "benchmarks/runs/ holds the committed runs'."),
     resume: Optional[str] = typer.Option(None, help="Continue the run in this directory (its saved config is used; "
                                          "--mode runs only that of its modes in this session)."),
     progress: bool = typer.Option(True, help="Show the live progress bar."),
@@ -175,13 +178,23 @@ def bench(
         run_dir, bench_spec = resume, _resumed(ctx, resume)
         if _on_command_line(ctx, "mode"):
             session_modes = _bench_modes(mode)
+    elif config:
+        _refuse_flags(ctx, f"--config {config} holds the run's settings", "drop them, or change the file",
+                      allowed=("config", "output_dir", "progress", "verbose", "mode"))
+        bench_spec, file_dir = load_bench_config(config)
+        run_dir = output_dir or file_dir or _default_run_dir(bench_spec)
+        resume = _started_from(bench_spec, run_dir, config)
+        if _on_command_line(ctx, "mode"):
+            if not resume:
+                raise ValueError(f"--mode picks which of a started run's modes this session runs; {run_dir} holds "
+                                 f"no run yet, so {config}'s modes decide: drop --mode, or change the file")
+            session_modes = _bench_modes(mode)
     else:
         options = strategy_options(list(spec["strategies"]), threshold, gamma, max_gamma, lookahead_judge, opt, router)
         bench_spec = checked(BenchSpec, "bench", **spec, max_num_seqs=max_num_seqs, modes=_bench_modes(mode),
                              strategy_options=options)
         bench_spec.check()  # a bad arm or model fails here, before the progress bar starts
-        run_dir = output_dir or os.path.join("runs", f"{os.path.basename(bench_spec.dataset).removesuffix('.jsonl')}-"
-                                             f"{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = output_dir or _default_run_dir(bench_spec)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, disable=not progress)
     live = _LiveProgress(bar)
@@ -194,15 +207,39 @@ def bench(
     _print_results(results, run_dir)
 
 
+def _started_from(spec: BenchSpec, run_dir: str, config: str) -> str | None:
+    """``run_dir`` when it holds a run started with ``config``'s settings (the run resumes), None
+    when it holds none; a run started with other settings is an error naming them."""
+    from workflows.eval.bench_run import saved_spec
+
+    saved = saved_spec(run_dir)
+    if saved is None:
+        return None
+    differ = sorted(k for k in spec.model_fields_set if getattr(saved, k) != getattr(spec, k))
+    if differ:
+        raise ValueError(f"{run_dir} holds a run started with other settings than {config} ({', '.join(differ)}); "
+                         "give the file another output_dir, or resume that run with --resume")
+    return run_dir
+
+
+def _default_run_dir(spec: BenchSpec) -> str:
+    return os.path.join("runs", f"{os.path.basename(spec.dataset).removesuffix('.jsonl')}-"
+                        f"{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _refuse_flags(ctx: typer.Context, why: str, fix: str, allowed: tuple[str, ...]) -> None:
+    """A flag that would be ignored (the settings come from elsewhere) is an error naming it."""
+    given = sorted(p.opts[0] for p in ctx.command.params if p.name not in allowed and _on_command_line(ctx, p.name))
+    if given:
+        raise ValueError(f"{why}; {', '.join(given)} would change it: {fix}")
+
+
 def _resumed(ctx: typer.Context, resume: str) -> BenchSpec:
     """A stand-in spec for a resumed run (the run's saved config replaces it); a flag that would
     change that config is an error, not ignored."""
-    given = sorted(p.opts[0] for p in ctx.command.params if p.name not in ("resume", "mode", "progress", "verbose")
-                   and _on_command_line(ctx, p.name))
-    if given:
-        raise ValueError(f"--resume {resume} runs with the run's saved config; {', '.join(given)} would change "
-                         "it: drop them, or start a new run in another --output-dir (--mode may pick which of "
-                         "the run's modes this session runs)")
+    _refuse_flags(ctx, f"--resume {resume} runs with the run's saved config",
+                  "drop them, or start a new run in another --output-dir (--mode may pick which of the run's modes "
+                  "this session runs)", allowed=("resume", "mode", "progress", "verbose"))
     return BenchSpec()
 
 

@@ -61,6 +61,7 @@ from pydantic import Field
 from common.states import Author
 from common.names import did_you_mean
 from common.options import checked
+from common.yaml_files import parse_yaml
 from engine.config import EngineConfig, EnginePair
 from engine.protocol import Engine
 from orchestrator.config import ReasonerConfig, RunSettings
@@ -253,3 +254,31 @@ class BenchSpec(RunSettings):
             except Exception:
                 named = ValueError(message)
             raise named from e
+
+
+def load_bench_config(path: str | Path) -> tuple[BenchSpec, str | None]:
+    """A bench config file (``stepspec bench --config FILE``): a past or planned run's settings as
+    YAML, ``BenchSpec``'s fields as keys (the flags' names with underscores: ``strategies``,
+    ``strategy_options``, ``modes``, ...) and ``output_dir``; checked as ``stepspec bench`` checks
+    its flags. Returns the spec and the output directory (None: not given).
+
+    Example::
+
+        dataset: gsm8k
+        limit: 30
+        modes: [latency]
+        strategies: [target-only, specreason, sr-loose]
+        strategy_options: {sr-loose: {strategy: specreason, judge_options: {floor: -8}}}
+        output_dir: runs/loose
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such bench config file")
+    _, data = parse_yaml(path, path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a bench config is a mapping of `stepspec bench` settings (dataset:, strategies:, "
+                         f"...), not {'an empty file' if data is None else 'a ' + type(data).__name__}")
+    output_dir = data.pop("output_dir", None)
+    spec = checked(BenchSpec, f"bench config {path}", **data)
+    spec.check()
+    return spec, output_dir

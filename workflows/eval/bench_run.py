@@ -120,6 +120,19 @@ def _config_as_run(saved: Results) -> dict[str, Any]:
             **saved.config.model_dump(mode="json", exclude_unset=True)}
 
 
+def saved_spec(run_dir: str | os.PathLike) -> BenchSpec | None:
+    """The settings the run in ``run_dir`` was started with, as a resume runs them (None: the
+    folder holds no run)."""
+    run_dir = Path(run_dir)
+    if not any(run_dir.glob("results_*.json")):
+        return None
+    saved = read_results(run_dir)
+    try:
+        return BenchSpec.model_validate(_config_as_run(saved))
+    except ValidationError as e:
+        raise BenchError(f"{find_results(run_dir)}: its config cannot be read back ({e})") from e
+
+
 async def run_bench(spec: BenchSpec, run_dir: str | os.PathLike, *, resume: bool = False,
                     engines: tuple[Engine, Engine | None] | None = None,
                     progress: BenchProgress | None = None, modes: tuple[Mode, ...] | None = None,
@@ -484,11 +497,7 @@ def _open_run(spec: BenchSpec, run_dir: Path, resume: bool) -> tuple[RunFiles, R
     run's: the saved one)."""
     if resume:
         files = RunFiles(run_dir, find_results(run_dir))
-        saved = read_results(run_dir)
-        try:
-            return files, saved, BenchSpec.model_validate(_config_as_run(saved))
-        except ValidationError as e:
-            raise BenchError(f"{files.results}: its config cannot be read back ({e})") from e
+        return files, read_results(run_dir), saved_spec(run_dir)
     if run_dir.exists() and any(run_dir.glob("results_*.json")):
         raise BenchError(f"{run_dir} already holds a run; resume it with --resume {run_dir}, or pick "
                          "another --output-dir")

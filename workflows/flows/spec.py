@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal, Mapping, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
+from common.yaml_files import YamlFileError, parse_yaml
 from common.names import closest
 from engine.config import EngineConfig
 from orchestrator.config import ReasonerConfig, ReasonerSettings
@@ -217,47 +218,6 @@ class WorkflowFile(_Strict):
 # -- loading with line numbers ----------------------------------------------------------
 
 
-class DuplicateKeyError(yaml.constructor.ConstructorError):
-    """A mapping holds the same key twice; ``first`` and ``second`` are where (YAML marks)."""
-
-    def __init__(self, key: Any, first: yaml.Mark, second: yaml.Mark) -> None:
-        super().__init__(problem=f"duplicate key {key!r}", problem_mark=second)
-        self.key, self.first, self.second = key, first, second
-
-
-class WorkflowLoader(yaml.SafeLoader):
-    """The one loader of workflow files: YAML's safe loader (no tags, no code runs) that
-    also rejects a key given twice in one mapping, at any depth (PyYAML keeps the last
-    value and drops the first without a word). Merge keys (``<<: *base``) may still be
-    overridden by the mapping's own keys."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, yaml.Node] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node)
-                except TypeError:
-                    continue  # an unhashable key: the base loader reports it
-                if first is not key_node:
-                    raise DuplicateKeyError(key, first.start_mark, key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(text: str) -> tuple[yaml.Node | None, Any]:
-    """The composed node tree (for line numbers) and the data of a workflow file's text,
-    parsed once with :class:`WorkflowLoader`. Raises yaml's errors (DuplicateKeyError too)."""
-    loader = WorkflowLoader(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
-
-
 class _Lines:
     """YAML line (1-based) of every mapping key and sequence item, by path."""
 
@@ -315,19 +275,9 @@ def load_workflow(path: str | Path, text: str | None = None) -> LoadedWorkflow:
             raise WorkflowError(f"{path}: no such workflow file")
         text = path.read_text()
     try:
-        node, data = read_yaml(text)
-    except DuplicateKeyError as e:
-        first, second = f"{path}:{e.first.line + 1}", f"{path}:{e.second.line + 1}"
-        raise WorkflowError(f"{second}: duplicate key '{e.key}': it is given at {first} and again at {second}, in "
-                            "the same mapping; YAML would keep only the last value and drop the first without a "
-                            "word. Keep one of them (merge their contents) or rename one") from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise WorkflowError(f"{path}{line}: YAML syntax error: {e.problem or e}"
-                            f"{' (' + e.context + ')' if e.context else ''}") from None
-    except yaml.YAMLError as e:
-        raise WorkflowError(f"{path}: YAML error: {e}") from None
+        node, data = parse_yaml(path, text)
+    except YamlFileError as e:
+        raise WorkflowError(str(e)) from None
     lines = _Lines(node)
     if data is None:
         raise WorkflowError(f"{path}: the file is empty; see `stepspec schema` for what a workflow file holds")
