@@ -13,8 +13,8 @@ from common.states import RunStatus
 from common.counts import summed
 
 from workflows.eval.plots import write_plots
-from workflows.eval.results import ArmSummary, Results, RunConfig
-from workflows.eval.summary import (MODES, PHASES, Records, arm_judges, arm_strategy, arm_twins, compared_with,
+from workflows.eval.results import ArmSummary, Profile, Results, RunConfig
+from workflows.eval.summary import (CEILING, MODES, PHASES, Records, arm_judges, arm_strategy, arm_twins, compared_with,
                                     paired_counts, recompute, shared_problems)
 
 def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
@@ -136,22 +136,51 @@ def comparison_table(results: Results) -> tuple[list[str], list[list[str]]]:
 
 
 def profile_table(results: Results) -> tuple[list[str], list[list[str]]]:
-    """One row per arm and mode: seconds per phase with their shares of the wall time, and each
-    author's tokens per second (:func:`phase_profile`)."""
+    """One row per arm and mode: seconds per phase with their shares of the wall time, each
+    author's tokens per second (:func:`phase_profile`), and the overhead (:func:`overhead`)."""
     header = ["arm", "mode", "wall s", "draft writing", "target writing", "verification", "other",
-              "draft tok/s", "target tok/s", "verified tok/s", "drafted tokens thrown away"]
+              "draft tok/s", "target tok/s", "verified tok/s", "drafted tokens thrown away", "ideal s",
+              f"overhead s (of {results.baseline or 'the baseline'}'s time)"]
     rows = []
+    ceiling = next((arm for arm in results.config.strategies if arm_strategy(arm, results) == CEILING), None)
     for arm in results.config.strategies:
         for mode in MODES:
             m = results.summary(mode).get(arm)
             if m is None or not m.num_problems:
                 continue
             p = m.profile
+            base = results.summary(mode).get(results.baseline or "")
+            solo = results.summary(mode).get(ceiling or "")
+            ideal, over = overhead(p, target_speed=base.profile.tokens_per_second["target"] if base else None,
+                                   draft_speed=solo.profile.tokens_per_second["draft"] if solo else None)
+            base_wall = base.profile.wall_seconds if base is not None and base.num_problems else 0
+            share = over / base_wall if over is not None and base_wall else None
             rows.append([arm, mode, _seconds(p.wall_seconds),
                          *[f"{_seconds(p.seconds[phase])} ({_fmt(p.share[phase], '.0%')})" for phase in PHASES],
                          *[_fmt(p.tokens_per_second[phase], ".1f") for phase in ("draft", "target", "verify")],
-                         f"{p.num_wasted_draft_tokens} of {p.tokens['draft']}" if p.tokens["draft"] else "-"])
+                         f"{p.num_wasted_draft_tokens} of {p.tokens['draft']}" if p.tokens["draft"] else "-",
+                         "-" if ideal is None else _seconds(ideal),
+                         "-" if over is None else f"{_seconds(over)} ({_fmt(share, '.0%')})"])
     return header, rows
+
+
+def overhead(p: Profile, target_speed: float | None = None, draft_speed: float | None = None
+             ) -> tuple[float | None, float | None]:
+    """(ideal, overhead) seconds of an arm: the ideal is its trace's tokens each at its author's
+    solo speed (kept drafted tokens at ``draft_speed``, the draft-only arm's tokens per second;
+    the target's at ``target_speed``, the baseline's; either, where the run has no such arm, at
+    the arm's own), what drafting and writing alone would cost; the overhead is the wall time
+    past it (verification, drafted tokens thrown away, round trips, a slower token method).
+
+    Example: 200 kept drafted tokens at 20 tok/s and 100 target tokens at 10 tok/s: ideal 20 s;
+    a wall time of 26 s is 6 s of overhead, 15% of a 40 s target-only."""
+    kept = p.tokens["draft"] - p.num_wasted_draft_tokens
+    parts = [(kept, draft_speed or p.tokens_per_second["draft"]),
+             (p.tokens["target"], target_speed or p.tokens_per_second["target"])]
+    if any(n and not speed for n, speed in parts):
+        return None, None
+    ideal = sum(n / speed for n, speed in parts if n)
+    return ideal, p.wall_seconds - ideal
 
 
 def agent_table(records: dict[str, Records]) -> tuple[list[str], list[list[str]]]:
@@ -360,7 +389,10 @@ def _tables(results: Results, latency: Records, throughput: Records) -> list[str
                   "(every drafted token, kept or not), the target writing (its own steps and the rest of a cut step), "
                   "verification (the judge's calls), and the rest (scheduling, waiting, orchestration; negative "
                   "where a strategy's calls overlap). Tokens per second of each author's own time; verified: drafted "
-                  "tokens judged per second of verification. Under load (throughput) a trace's seconds include "
+                  "tokens judged per second of verification. Ideal: the trace's kept drafted tokens at the draft-only "
+                  "arm's tokens per second and the target's at the baseline's (an arm's own where the run has no "
+                  "such arm); overhead: the wall time past the ideal, and "
+                  "its share of the baseline's wall time. Under load (throughput) a trace's seconds include "
                   "waiting for the batch it shares.", ""]
     agents = agent_table({"latency": latency, "throughput": throughput})
     if agents[1]:
