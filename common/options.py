@@ -15,6 +15,7 @@ Worked example, ``class ScoreOptions(Options)`` with ``owner = "judge 'score'"``
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from collections.abc import Mapping
@@ -121,7 +122,7 @@ def explain(model: type[BaseModel], error: ValidationError, owner: str) -> str:
     must = accepted(field) if field is not None else None
     if must is None:
         return f"{owner}: {path}: {e['msg']}, got {value!r}"
-    hint = did_you_mean(value, _literal_values(field.annotation)) if kind == "literal_error" else ""
+    hint = did_you_mean(value, _literal_values(field.annotation)) if kind in ("literal_error", "enum") else ""
     detail = f" ({e['msg']})" if kind.endswith(("_type", "_parsing", "_from_float")) else ""
     return f"{owner}: {path} must be {must}, got {value!r}{detail}" + (f".{hint}" if hint else "")
 
@@ -165,7 +166,10 @@ def strip_none(annotation: Any) -> tuple[Any, bool]:
 
 
 def _literal_values(annotation: Any) -> tuple[Any, ...]:
+    """The values a Literal or an Enum field takes."""
     base, _ = strip_none(annotation)
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return tuple(m.value for m in base)
     return typing.get_args(base) if typing.get_origin(base) is Literal else ()
 
 

@@ -309,7 +309,7 @@ def _explain(e: ValidationError, path: Path, lines: _Lines, data: dict) -> str:
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         return f"{where}: {dotted}: backend must be 'vllm' or 'openai'"
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "literal_error":  # a misspelt choice (speculation: sufix): the closest valid one
+    if err["type"] in ("literal_error", "enum"):  # a misspelt choice (speculation: sufix): the closest valid one
         msg += _closest(err["input"], re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", "")))
     return f"{where}: {dotted}: {msg}"
 
