@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from served import cpu_model  # noqa: E402
 
 
 def demo_command() -> list[str]:
@@ -59,9 +62,9 @@ def main() -> None:
             print(f"{name} run {len(runs[name])}: {runs[name][-1]['seconds']:.1f} s, answer "
                   f"{runs[name][-1]['answer']}", file=sys.stderr, flush=True)
     medians = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
-    summary = {"demo": " ".join(demo), "target_only": " ".join(baseline), "medians": medians,
+    summary = {"cpu": cpu_model(), "demo": " ".join(demo), "target_only": " ".join(baseline), "medians": medians,
                "speedup": medians["target-only"] / medians["demo"], "runs": runs}
-    print(f"stepspec {summary['demo']}: {medians['demo']:.1f} s median reasoning\n"
+    print(f"CPU: {summary['cpu']}\nstepspec {summary['demo']}: {medians['demo']:.1f} s median reasoning\n"
           f"stepspec {summary['target_only']}: {medians['target-only']:.1f} s median reasoning\n"
           f"the demo reasons {summary['speedup']:.2f}x as fast")
     if args.json:
