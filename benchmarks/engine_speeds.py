@@ -1,7 +1,8 @@
 """Each engine's speed per model x dtype x token-level method on this machine, one engine at a time.
 
-``python benchmarks/engine_speeds.py --out benchmarks/measured/engines_cpu``. For every combination, one engine is started alone (two 1.5B
-engines do not fit a 24 GiB machine together) and measured greedy, batch 1:
+``python benchmarks/engine_speeds.py --out benchmarks/measured/engines_cpu``. For every combination,
+one engine is started alone (two 1.5B engines do not fit a 24 GiB machine together) and measured
+greedy, batch 1:
 
 * prefill: a prompt of about ``--prefill-tokens`` tokens (GSM8K questions in the reasoning
   chat), one output token, caches reset before each of 3 runs; tokens/s = prompt tokens /

@@ -57,13 +57,12 @@ def _unset(value: Any) -> bool:
 # -- token-level speculation ----------------------------------------------------------
 
 
-
-
 class TokenSpeculation(_Config):
     """Token-level speculative decoding inside one vLLM engine, by method name."""
 
-    method: TokenMethod = Field(TokenMethod.NONE.value, description="none; ngram (prompt lookup); suffix (suffix decoding, needs "
-                                "arctic-inference); draft (a smaller model of the same tokenizer: draft_model).")
+    method: TokenMethod = Field(TokenMethod.NONE.value, description="none; ngram (prompt lookup); suffix (suffix "
+                                "decoding, needs arctic-inference); draft (a smaller model of the same tokenizer: "
+                                "draft_model).")
     num_speculative_tokens: int | None = Field(None, ge=1, description="Tokens proposed per token-level draft "
                                                "(default: the method's: ngram 3, suffix 8, draft 3).")
     draft_model: str | None = Field(None, description="Token-level drafter for method draft (preset, path or hub id).")
@@ -244,11 +243,13 @@ class EnginePair(_Config):
     # Defaults chosen on the bundled pair in engines_cpu: the 0.5B decodes fastest with suffix
     # decoding; the target's method depends on what the strategy has it do
     # (orchestrator.strategies.Strategy.target_spec).
-    target_spec: TokenMethod | Literal["auto"] = Field(AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
+    target_spec: TokenMethod | Literal["auto"] = Field(
+        AUTO_SPEC, description="Token-level speculation inside the target: auto (the "
                              "strategy's own: draft where the target writes most of the trace, suffix where it "
                              "mostly verifies drafted steps), none, ngram, suffix, draft (the draft model drafts "
                              "the target's tokens; none when the draft is not an in-process model).")
-    draft_spec: TokenMethod = Field(TokenMethod.SUFFIX.value, description="Token-level speculation inside the draft: none, ngram, suffix.")
+    draft_spec: TokenMethod = Field(TokenMethod.SUFFIX.value, description="Token-level speculation inside the draft: "
+                                    "none, ngram, suffix.")
     target_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the target's in-process engine computes "
                                "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
     draft_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the draft's in-process engine computes "

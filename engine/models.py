@@ -136,7 +136,8 @@ PRESETS: dict[str, GGUFPreset | FolderPreset | AdapterPreset] = {
         ),
         AdapterPreset(
             name="qwen2.5-coder-0.5b-aligned",
-            description="the bundled draft aligned to the 1.5B (its LoRA adapter from `stepspec draft align`, merged in)",
+            description="the bundled draft aligned to the 1.5B (its LoRA adapter from `stepspec draft align`, "
+                        "merged in)",
             base="qwen2.5-coder-0.5b",
             sha256="372a26d42853c12ba7b5b7bdb02ebb62b6728140af72f50ca055c7d2851374e5",
             role="draft",

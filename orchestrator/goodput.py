@@ -40,9 +40,9 @@ Worked example (GSM8K problems in waves of 25; the run that chose these rules:
 0.2 s per trace token), then to the draft until 4 drafted steps ran pure (say 0.4 s:
 every trace drafting); the target wins and writes on, and at every higher load. At
 8-15 in flight its own rates decide (a verdict carried down is only a win); once the
-target wins there too, it wins at 16-31 without asking. Were any step a sample, a target step beside drafted ones would read slow
-and a drafted one beside target steps fast, so drafting would look cheaper while it
-made every wave slower. When the load falls back, that bucket's own rates decide
+target wins there too, it wins at 16-31 without asking. Were any step a sample, a
+target step beside drafted ones would read slow and a drafted one beside target steps
+fast, so drafting would look cheaper while it made every wave slower. When the load falls back, that bucket's own rates decide
 again (and alone, the draft drafts).
 """
 

@@ -107,8 +107,8 @@ def scalar_features(s: RoutingState) -> list[float]:
         1.0 if "\\boxed{" in text else 0.0,
         math.log1p(len(_NUMBER.findall(text))),
         1.0 if "```" in text else 0.0,
-        sum(Author(a) is Author.TARGET for a in authors) / len(authors) if authors else 0.0,
-        1.0 if authors and Author(authors[-1]) is Author.TARGET else 0.0,
+        sum(a == Author.TARGET for a in authors) / len(authors) if authors else 0.0,
+        1.0 if authors and authors[-1] == Author.TARGET else 0.0,
     ]
 
 

@@ -25,8 +25,8 @@ class AlignSpec(RunSettings):
     name: str | None = Field(None, description="Name of the aligned draft (a model preset once made); default: "
                              "the draft's name with '-aligned'.")
     # Under load the target decodes fastest with suffix decoding (gsm8k100_speed_2026-12-03_cpu).
-    target_spec: TokenMethod = Field(TokenMethod.SUFFIX.value, description="Token-level speculation inside the target while it writes the "
-                             "solutions (many at once): none, ngram, suffix, draft.")
+    target_spec: TokenMethod = Field(TokenMethod.SUFFIX.value, description="Token-level speculation inside the target "
+                                     "while it writes the solutions (many at once): none, ngram, suffix, draft.")
     max_tokens: int = Field(512, ge=1, description="Token budget of each solution.")
     num_problems: int = Field(800, ge=2, description="Generated training problems (the target solves each once).")
     seed: int = Field(0, description="Seed of the generated problems and of training.")

@@ -13,7 +13,7 @@ from common.states import RunStatus
 from common.counts import summed
 
 from workflows.eval.plots import write_plots
-from workflows.eval.results import ArmSummary, Profile, Results, RunConfig
+from workflows.eval.results import ArmSummary, Paired, Profile, Results, RunConfig
 from workflows.eval.summary import (CEILING, MODES, PHASES, Records, arm_judges, arm_strategy, arm_twins, compared_with,
                                     paired_counts, recompute, shared_problems)
 
@@ -74,10 +74,15 @@ def _vs(arm: str, m: ArmSummary, baseline: str | None) -> str:
     paired = m.paired
     if paired is None:
         return "-"
-    if paired.over.split(" (")[0] == arm:
+    if is_baseline(arm, paired):
         return "baseline"
     return (f"{paired.lost} / {paired.gained} / {net_words(paired.net)}"
             + (f" (vs {paired.over})" if paired.over != baseline else ""))
+
+
+def is_baseline(arm: str, paired: Paired) -> bool:
+    """Whether ``arm`` is the arm its pairing is against (its own baseline)."""
+    return paired.over is not None and paired.over.split(" (")[0] == arm
 
 
 def net_words(net: int) -> str:
@@ -245,7 +250,7 @@ def headline_table(run_dirs: list[str | Path], root: Path | None = None) -> str:
                         f"{round(p.baseline_accuracy * p.num_problems)}/{p.num_problems}")
                 speed = _speed(m, mode)[1]
                 rows.append([arm, f"{modes[mode]} ({n} problems)", solved,
-                             "the baseline" if p.over and p.over.split(" (")[0] == arm else
+                             "the baseline" if is_baseline(arm, p) else
                              f"{base}: {net_words(p.net)} (lost {p.lost}, gained {p.gained})", speed])
         cpu = next((s.hardware.cpu for s in results.run.sessions if s.hardware.cpu), None)
         tables.append(f"From [{run_dir.name}]({report.as_posix()})" + (f", CPU: {cpu}" if cpu else "") + ".\n\n"

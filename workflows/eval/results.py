@@ -280,13 +280,13 @@ class RunConfig(Record):
     draft_spec: str | None = None
 
     def url(self, role: Author) -> str | None:
-        return self.target_url if Author(role) is Author.TARGET else self.draft_url
+        return self.target_url if role == Author.TARGET else self.draft_url
 
     def model(self, role: Author) -> str | None:
-        return self.target if Author(role) is Author.TARGET else self.draft
+        return self.target if role == Author.TARGET else self.draft
 
     def spec(self, role: Author) -> str | None:
-        return self.target_spec if Author(role) is Author.TARGET else self.draft_spec
+        return self.target_spec if role == Author.TARGET else self.draft_spec
 
 
 class Overhead(Record):
