@@ -268,13 +268,12 @@ class Trace:
 
     @classmethod
     def from_json(cls, text: str) -> "Trace":
-        """A trace from :meth:`to_json`'s text, or from an older file: fields it lacks
-        (``search``, ``model_seconds``, a step's ``cut``, ...) take their defaults."""
+        """A trace from :meth:`to_json`'s text."""
         return cls.from_dict(json.loads(text))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trace":
-        """A trace from :meth:`to_json`'s content, already parsed (older fields: as :meth:`from_json`)."""
+        """A trace from :meth:`to_json`'s content, already parsed."""
         return cls(**{**data, "steps": tuple(StepRecord(**s) for s in data["steps"])})
 
     @classmethod

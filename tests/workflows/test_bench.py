@@ -599,9 +599,10 @@ def test_phase_profile_splits_the_wall_time_by_author_and_counts_the_thrown_away
 
 def _results(strategies, options, problem_ids=(), baseline=None):
     """A results file's reading of a run of these arms (no sessions)."""
+    arms = {a: {"strategy": options.get(a, {}).get("strategy", a)} for a in strategies}
     return Results.model_validate({"config": {"strategies": strategies, "strategy_options": options},
                                    "status": "complete", "baseline": baseline,
-                                   "run": {"metrics": ["exact"], "problem_ids": list(problem_ids)}})
+                                   "run": {"metrics": ["exact"], "problem_ids": list(problem_ids), "arms": arms}})
 
 
 def test_the_ceiling_is_draft_only_and_each_arm_reads_as_a_share_of_it():
@@ -648,8 +649,8 @@ def test_a_search_arm_under_any_label_pairs_with_its_target_twin():
     assert (out["bon-rules"].paired.lost, out["bon-rules"].paired.gained) == (1, 1)
     assert out["bon-rules"].speedup.median == 2.0
     # two arms of the twin's strategy: the one labelled with its name
-    results.config.strategies.append("bont")
-    results.config.strategy_options["bont"] = {"strategy": "best-of-n-target"}
+    options["bont"] = {"strategy": "best-of-n-target"}
+    results = _results(["bon-rules", "best-of-n-target", "tree", "sr", "target-only", "bont"], options)
     assert arm_twins(results)["bon-rules"] == "best-of-n-target"
 
 

@@ -205,6 +205,16 @@ def test_resume_refuses_other_inputs_another_workflow_and_a_changed_file(tmp_pat
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(WorkflowError, match="not a readable run record"):
         load_record(tmp_path / "bad.json")
+    assert record["schema_version"] == 1
+    old = {k: v for k, v in record.items() if k != "schema_version"}  # as records were
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(WorkflowError, match=r"a run record of schema 0 \(this stepspec resumes schema 1\); "
+                                            r"migrate it once with `python benchmarks/migrate_results.py --record"):
+        load_record(tmp_path / "old.json")
+    migrate = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "migrate_results.py"), "--record",
+                              str(tmp_path / "old.json")], capture_output=True, text=True)
+    assert migrate.returncode == 0, migrate.stderr
+    assert load_record(tmp_path / "old.json") == record
 
 
 # -- the command line, on a tool-only workflow (no model) ---------------------------------

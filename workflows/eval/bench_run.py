@@ -227,7 +227,7 @@ class BenchRun:
         return self.files.samples(self.dataset_name, arm, mode)
 
     def recorded_wave(self, arm: str, w: int) -> Wave | None:
-        """What the results file says of an arm's wave (older files: the arm is its one wave)."""
+        """What the results file says of an arm's wave."""
         recorded = self.run_info.waves(arm)
         return recorded[w] if w < len(recorded) else None
 
@@ -408,7 +408,7 @@ class BenchRun:
         wave, ids, done = self.waves[w], {p.index for p in self.waves[w]}, self.done["throughput"][arm]
         before = self.recorded_wave(arm, w)  # what an earlier session left of this wave
         entry = self.throughput.get(arm)
-        if entry is None or entry.waves is None:  # new, or timed by a version without waves
+        if entry is None:
             entry = self.throughput[arm] = ThroughputArm(num_problems=len(self.problems),
                                                          max_concurrency=self.wave_size, waves=[])
         entry.waves = entry.waves[:w]  # later waves never ran before this one

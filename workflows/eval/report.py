@@ -385,7 +385,7 @@ def _tables(results: Results, latency: Records, throughput: Records) -> list[str
                   "drafted steps). Backoff steps: steps the target wrote because drafting did not pay at that load. "
                   "Judge s / drafted step: the judge's time over the drafted steps, and its ratio to the `score` "
                   "judge's arm.", ""]
-        judges = arm_judges(results, {**throughput, **latency})
+        judges = arm_judges(results)
         lines += ["Arms:", "", *[_describe_arm(arm, results, judges) for arm in config.strategies], ""]
     profile = profile_table(results)
     if profile[1]:

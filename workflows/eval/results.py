@@ -7,11 +7,13 @@ and the report reads them back through the same ones, by attribute.
 * :class:`Sample`: one line of a samples file: one problem solved by one arm, its grade,
   seconds and trace (an :class:`orchestrator.trace.Trace`).
 
-Every model reads the files older versions wrote: a field a file lacks takes its default,
-and a key no field declares is kept (``extra="allow"``) and written back on the next save,
-so resuming an old run loses nothing. Example: a results file from before throughput waves
-holds ``run.throughput["target-only"]`` with a ``wall_seconds`` and no ``waves``;
-:meth:`ThroughputArm.timed_waves` reads it as one wave.
+Every file carries the :data:`SCHEMA_VERSION` it was written in (the results file once,
+a samples file on each line); the one reader, :mod:`workflows.eval.rundir`, reads only this
+version and names ``benchmarks/migrate_results.py`` for a file of another (the script that
+brought every committed run to version 1). A key no field declares is kept
+(``extra="allow"``) and written back on the next save, so resuming a run loses nothing.
+A field that is None says the run did not record it (example: ``SampleStats.draft_seconds``
+of a run written before steps were timed per author).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from common.counts import summed
 from common.states import Author, RunStatus
 from orchestrator.trace import StepRecord, Trace
 
+# The version of the results and samples files this code writes and reads. Raise it with a
+# change a file of the old version does not read as (and the migration in benchmarks/).
+SCHEMA_VERSION = 1
+
 
 class Record(BaseModel):
     """A part of a run's files: unknown keys kept, fields assignable as the run goes."""
@@ -36,7 +42,7 @@ class Record(BaseModel):
 
 
 class SampleStats(Record):
-    """A trace's counters as :meth:`Trace.stats` wrote them; None where a file predates one."""
+    """A trace's counters as :meth:`Trace.stats` wrote them; None where the run did not record one."""
 
     stop_reason: str | None = None
     seconds: float = 0.0
@@ -47,7 +53,7 @@ class SampleStats(Record):
     num_cut_steps: int | None = None
     num_kept_draft_tokens: int | None = None
     num_backoff_steps: int | None = None
-    judge_seconds: float | None = None
+    judge_seconds: float = 0.0
     draft_seconds: float | None = None
     target_seconds: float | None = None
     num_tokens: int = 0
@@ -93,6 +99,7 @@ class Sample(Record):
     ``position``: latency, its order among the arms on that problem; throughput, the arm's turn.
     ``session``: the run's session that solved it (seconds compare within one session)."""
 
+    schema_version: int = SCHEMA_VERSION
     doc_id: int
     strategy: str
     mode: str = "latency"
@@ -125,13 +132,6 @@ class Sample(Record):
     @property
     def steps(self) -> tuple[StepRecord, ...]:
         return self.trace.steps
-
-    @property
-    def judge_seconds(self) -> float:
-        """The judge's seconds on this trace (older samples have them only per step)."""
-        if self.stats.judge_seconds is not None:
-            return self.stats.judge_seconds
-        return sum(step.judge_seconds for step in self.steps)
 
     def is_correct(self, metric: str) -> bool:
         return bool(self.correct[metric])
@@ -193,29 +193,14 @@ class Wave(Record):
 
 
 class ThroughputArm(Record):
-    """An arm's throughput measurement: its waves (older files: the arm timed as one wave,
-    with its own status, wall time and session), and the sum of their wall times once all ran."""
+    """An arm's throughput measurement: its waves, and the sum of their wall times once all ran."""
 
     status: RunStatus | None = None
     num_problems: int | None = None
     num_solved: int | None = None
     max_concurrency: int | None = None
     wall_seconds: float | None = None
-    started: str | None = None
-    session: int | None = None
-    waves: list[Wave] | None = None
-
-    def timed_waves(self, sessions: list[Session]) -> list[Wave]:
-        """The waves as timed (an older file's arm: one wave, its session the last one started
-        before it when the file does not say)."""
-        if self.waves is not None:
-            return self.waves
-        if self.status is None:
-            return []
-        started = sorted(s.started for s in sessions)
-        session = self.session if self.session is not None else sum(s <= (self.started or "") for s in started) - 1
-        return [Wave(status=self.status, num_solved=self.num_solved, wall_seconds=self.wall_seconds,
-                     started=self.started, session=session)]
+    waves: list[Wave] = Field(default_factory=list)
 
 
 class ArmInfo(Record):
@@ -254,7 +239,7 @@ class RunInfo(Record):
     def waves(self, arm: str | None) -> list[Wave]:
         """An arm's throughput waves as timed, in the run's wave order."""
         entry = self.throughput.get(arm) if arm is not None else None
-        return [] if entry is None else entry.timed_waves(self.sessions)
+        return [] if entry is None else entry.waves
 
 
 class RunConfig(Record):
@@ -427,12 +412,12 @@ class ArmSummary(Summary):
 class Results(Record):
     """A results file: the run's config and status, what it ran, and both modes' summaries."""
 
+    schema_version: int = SCHEMA_VERSION
     config: RunConfig
     status: RunStatus
     baseline: str | None = None
     # Both modes' summaries: written for people and other tools, never read back: reading a file
-    # leaves them None until :func:`workflows.eval.summary.recompute` computes them from the
-    # samples (a file of an older version holds older shapes of them).
+    # leaves them None until :func:`workflows.eval.summary.recompute` computes them from the samples.
     results: dict[str, ArmSummary] | None = None  # latency mode
     results_throughput: dict[str, ArmSummary] | None = None
     overhead: Overhead | None = None

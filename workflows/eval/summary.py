@@ -91,7 +91,7 @@ def paired_counts(rows: list[Sample], base_rows: list[Sample], metric: str, over
 
 
 def _stat_total(rows: list[Sample], key: str) -> int | None:
-    """A counter summed over the samples; None when the samples predate it."""
+    """A counter summed over the samples; None when the samples did not record it."""
     values = [getattr(r.stats, key) for r in rows]
     return sum(values) if values and None not in values else None
 
@@ -113,7 +113,7 @@ def phase_profile(rows: list[Sample]) -> Profile:
     steps = [step for r in rows for step in r.steps]
     seconds = {"draft": sum(step.draft_seconds for step in steps),
                "target": sum(step.target_seconds for step in steps),
-               "verify": sum(r.judge_seconds for r in rows)}
+               "verify": sum(r.stats.judge_seconds for r in rows)}
     seconds["other"] = wall - sum(seconds.values())
     judged = [step for step in steps if step.accepted is not None]
     tokens = {"draft": sum(step.num_draft_tokens for step in steps),
@@ -134,8 +134,8 @@ def share_of_ceiling(speedup: float | None, ceiling: float | None) -> float | No
 
 
 def same_session(a: Sample, b: Sample) -> bool:
-    """Whether two sample records' seconds compare: one session solved both (records from
-    before samples named their session pair only with each other, as they always did)."""
+    """Whether two sample records' seconds compare: one session solved both (records that
+    name no session, None, pair only with each other)."""
     return a.session == b.session
 
 
@@ -178,7 +178,7 @@ def arm_summary(rows: list[Sample], metrics: tuple[str, ...] | list[str], speedu
     stats = [r.stats for r in rows]
     num_tokens = sum(s.num_tokens for s in stats)
     drafted = sum(s.num_drafted_steps for s in stats)
-    judge_seconds = sum(r.judge_seconds for r in rows)
+    judge_seconds = sum(r.stats.judge_seconds for r in rows)
     return ArmSummary(
         num_problems=n, num_errors=sum(1 for r in rows if r.error), accuracy=accuracy,
         accuracy_stderr={k: (math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else None) if (p := accuracy[k]) is not None
@@ -228,10 +228,8 @@ def summarize(records: Records, metrics: tuple[str, ...] | list[str], baseline: 
 
 
 def arm_strategy(arm: str, results: Results) -> str:
-    """The strategy an arm ran: as the run recorded it, else its ``strategy`` option, else its label."""
-    info = results.run.arms.get(arm)
-    return (info.strategy if info is not None else None) or results.config.strategy_options.get(arm, {}).get(
-        "strategy", arm)
+    """The strategy an arm ran, as the run recorded it."""
+    return results.run.arms[arm].strategy or arm
 
 
 def arm_twins(results: Results) -> dict[str, str]:
@@ -248,22 +246,9 @@ def arm_twins(results: Results) -> dict[str, str]:
     return twins
 
 
-def arm_judges(results: Results, records: Records) -> dict[str, str | None]:
-    """Each arm's judge: as the run recorded it, else (older runs) the judge option
-    given, else the one judge name its steps carry, else the strategy's default."""
-    from orchestrator.strategies import STRATEGIES
-
-    out: dict[str, str | None] = {}
-    for arm in results.config.strategies:
-        if arm in results.run.arms:
-            out[arm] = results.run.arms[arm].judge
-            continue
-        given = results.config.strategy_options.get(arm, {}).get("judge")
-        names = {step.judge for r in records.get(arm, []) for step in r.steps if step.judge}
-        strategy = STRATEGIES.get(arm_strategy(arm, results))
-        out[arm] = (given if isinstance(given, str) else next(iter(names)) if len(names) == 1
-                    else strategy.default_judge if strategy else None)
-    return out
+def arm_judges(results: Results) -> dict[str, str | None]:
+    """Each arm's judge, as the run recorded it (None: it takes none)."""
+    return {arm: results.run.arms[arm].judge for arm in results.config.strategies}
 
 
 def compared_with(arm: str, twins: dict[str, str], arms, baseline: str | None) -> str | None:
@@ -313,7 +298,7 @@ def summarize_run(results: Results, latency: Records, throughput: Records) -> tu
     """Both modes' summaries of a run (``results``: its results file; the records of each
     mode per arm). A throughput arm's summary adds its measured wall time and the speedup."""
     metrics, baseline = results.run.metrics, results.baseline
-    judges, twins = arm_judges(results, {**throughput, **latency}), arm_twins(results)
+    judges, twins = arm_judges(results), arm_twins(results)
     latency, left_out = shared_problems(latency)
     lat = summarize(latency, metrics, baseline, judges=judges, twins=twins, fallback=throughput,
                     fallback_name="throughput")
@@ -360,7 +345,7 @@ def load_run(run_dir: str | Path) -> tuple[Results, Records]:
 
 
 def load_throughput(run_dir: str | Path, results: Results) -> Records:
-    """A run's throughput sample records per arm (in the run's problem order; none in older runs)."""
+    """A run's throughput sample records per arm (in the run's problem order)."""
     return _read(Path(run_dir), results.run.throughput_samples, results.run.problem_ids)
 
 

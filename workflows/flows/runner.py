@@ -51,6 +51,7 @@ from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, StrategyError
 from routers.base import RouterError
 from workflows.agents.agent import Agent
+from workflows.eval.results import SCHEMA_VERSION
 from workflows.flows.spec import (
     REF,
     AgentNode,
@@ -290,7 +291,8 @@ class WorkflowRun:
         error: list[str] = []  # why the run stopped before its nodes ran
 
         def snapshot(status: RunStatus) -> dict[str, Any]:
-            record = {"workflow": str(self.w.path), "workflow_digest": digest, "status": status,
+            record = {"schema_version": SCHEMA_VERSION, "workflow": str(self.w.path), "workflow_digest": digest,
+                      "status": status,
                       "inputs": values, "outputs": self._outputs(values, records),
                       "nodes": {n: asdict(r) for n, r in records.items()}, "seconds": time.perf_counter() - t0,
                       "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -490,9 +492,7 @@ def resumed_records(w: LoadedWorkflow, resume: dict[str, Any], values: dict[str,
         raise WorkflowError(f"{w.path}: the file has no workflow: section to run")
     if resume.get("workflow_digest") != workflow_digest(w):
         where = resume.get("workflow")
-        if "workflow_digest" not in resume:
-            why = "it has no workflow_digest (it was written before runs could be resumed)"
-        elif where is not None and Path(where).resolve() == Path(w.path).resolve():
+        if where is not None and Path(where).resolve() == Path(w.path).resolve():
             why = "the file has changed since the record was written"
         else:
             why = f"it was written by {where}, another workflow (or this file as it was before a change)"
@@ -588,6 +588,11 @@ def load_record(path: str | os.PathLike) -> dict[str, Any]:
         raise WorkflowError(f"{path}: not a readable run record ({type(e).__name__}: {e})") from None
     if not isinstance(record, dict) or not isinstance(record.get("nodes"), dict):
         raise WorkflowError(f"{path}: not a run record (no nodes); give the record a `stepspec run` wrote")
+    if record.get("schema_version") != SCHEMA_VERSION:
+        found = record.get("schema_version")
+        raise WorkflowError(f"{path}: a run record of schema {found if found is not None else 0} (this stepspec "
+                            f"resumes schema {SCHEMA_VERSION}); migrate it once with `python "
+                            f"benchmarks/migrate_results.py --record {path}`, or run the workflow without --resume")
     return record
 
 
