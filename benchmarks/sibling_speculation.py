@@ -34,10 +34,9 @@ from engine.speculation import speculative_config, suffix_available  # noqa: E40
 from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
 from engine.vllm_backend import VLLMEngine  # noqa: E402
 from judges.likelihood import LikelihoodJudge  # noqa: E402
-from orchestrator.best_of_n import best_of_n_target  # noqa: E402
 from orchestrator.budget import Budget  # noqa: E402
 from orchestrator.stepgen import opening_prompt  # noqa: E402
-from orchestrator.tree import tree_target  # noqa: E402
+from orchestrator.strategies import STRATEGIES  # noqa: E402
 from workflows.eval.datasets import load_problems  # noqa: E402
 
 TEMPERATURE = 0.7
@@ -67,9 +66,9 @@ async def run_method(method: str, args, questions: list[str]) -> dict:
         await engine.generate([GenerationRequest(warm, SamplingSpec(max_tokens=8))])  # warm-up
         out: dict[str, list[dict]] = {"best-of-n-target": [], "tree-target": [], "siblings": []}
         for q in questions:
-            out["best-of-n-target"].append(await measure(engine, lambda: best_of_n_target(
+            out["best-of-n-target"].append(await measure(engine, lambda: STRATEGIES["best-of-n-target"].run(
                 q, target=engine, judge=judge, n=args.n, temperature=TEMPERATURE, budget=budget)))
-            out["tree-target"].append(await measure(engine, lambda: tree_target(
+            out["tree-target"].append(await measure(engine, lambda: STRATEGIES["tree-target"].run(
                 q, target=engine, judge=judge, k=3, beam=2, temperature=TEMPERATURE, budget=budget)))
             prompt = await opening_prompt(engine, q)
 

@@ -37,15 +37,19 @@ class Registry(Mapping[str, E], Generic[E]):
     """Entries of one kind by name, in declaration order; ``error``: the kind's error class;
     ``plural``: how the unknown-name message lists them; ``hint``: what else the kind accepts."""
 
-    def __init__(self, kind: str, error: type[Exception], *, entries: Iterable[E], plural: str | None = None,
+    def __init__(self, kind: str, error: type[Exception], *, entries: Iterable[E] = (), plural: str | None = None,
                  hint: str = "") -> None:
         self.kind, self.error, self.hint = kind, error, hint
         self.plural = plural or f"{kind.capitalize()}s"
         self._entries: dict[str, E] = {}
         for entry in entries:
-            if entry.name in self._entries:
-                raise ValueError(f"{kind} '{entry.name}' is registered twice")
-            self._entries[entry.name] = entry
+            self.add(entry)
+
+    def add(self, entry: E) -> None:
+        """Register ``entry`` (a plug-in registering itself, or a declared entry); a name taken is an error."""
+        if entry.name in self._entries:
+            raise ValueError(f"{self.kind} '{entry.name}' is registered twice")
+        self._entries[entry.name] = entry
 
     def __getitem__(self, name: str) -> E:
         return self._entries[name]

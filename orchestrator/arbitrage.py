@@ -13,8 +13,8 @@ rates both, and the better one stays (a tie keeps the draft's).
 As in ``specreason``, the target writes the first ``first_target_steps`` steps (default 2:
 the opening and the plan) before the draft starts.
 
-``backoff``: as in ``specreason``, a governor shared by the problems in flight lets
-the target write the step when drafting does not pay at the measured load.
+``backoff``: as in ``specreason``, the driver asks a governor shared by the problems in
+flight, and the target writes the step when drafting does not pay at the measured load.
 
 Worked example (router tau 0.4): the draft writes "16 - 3 = 13 eggs." with
 p_target 0.12: kept (author "draft", score 0.12). It writes "13 - 4 = 8 eggs."
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from engine.protocol import Engine
 from judges.base import Judge, JudgeError, Verdict
-from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor
+from orchestrator.driver import Policy, StepBackoff, StrategyOptions, TargetOpening, Turn
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, judged_fields
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.trace import Author, Trace
+from orchestrator.trace import Author
 from routers.base import Action, Router, RoutingExample, RoutingState
 
 # Top alternatives read per drafted token: enough for the entropy features.
@@ -47,21 +46,21 @@ def routing_state(run: TraceRun, drafted: GeneratedStep) -> RoutingState:
                         drafted.token_logprobs, drafted.token_entropies, drafted.complete)
 
 
-class ArbitrageOptions(Backoff, TargetOpening):
+class ArbitrageOptions(StepBackoff, TargetOpening):
     """The target's opening steps, and backing off under load (as in ``specreason``)."""
 
 
+@strategy("arbitrage", ArbitrageOptions, needs_router=True)
 class Arbitrage(Policy):
-    name = "arbitrage"
-
-    def __init__(self, router: Router, options: ArbitrageOptions) -> None:
+    def __init__(self, options: ArbitrageOptions, router: Router) -> None:
         self.router, self.options = router, options
 
+    def turn(self, run: TraceRun) -> Turn:
+        return Turn.OPENING if len(run.steps) < self.options.first_target_steps else Turn.GOVERNED
+
     async def step(self, run: TraceRun) -> None:
-        opening = len(run.steps) < self.options.first_target_steps  # the target's own
-        mode = run.decide(forced=Author.TARGET if opening else None)  # goodput: at this load, does drafting pay?
-        if mode is Author.TARGET:
-            run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
+        if self.turn(run) is Turn.OPENING:  # the target's own
+            run.keep(Author.TARGET, await run.write(Author.TARGET))
             return
         drafted = await run.write("draft", logprobs=ROUTER_LOGPROBS)
         t0 = time.perf_counter()
@@ -80,22 +79,14 @@ class Arbitrage(Policy):
             run.keep(Author.TARGET, await run.write("target"), **routed)
 
 
-async def arbitrage(question: str, *, draft: Engine, target: Engine, router: Router,
-                    governor: GoodputGovernor | None = None, **options: Any) -> Trace:
-    """``options``: :class:`ArbitrageOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
-    shared, options = split_shared(options)
-    o = ArbitrageOptions.of("arbitrage", options)
-    return await drive(Arbitrage(router, o), question, {"draft": draft, "target": target},
-                       governor=backoff_governor(o.backoff, governor), **shared)
-
-
+@strategy("arbitrage-oracle", default_judge="score")
 class ArbitrageOracle(Policy):
     """``on_example`` receives every position's pair of candidates and their ratings
-    (what ``stepspec router collect`` records as training data)."""
+    (what ``stepspec router collect`` records as training data, running this policy
+    with :func:`orchestrator.driver.drive`)."""
 
-    name = "arbitrage-oracle"
-
-    def __init__(self, judge: Judge, on_example: Callable[[RoutingExample], None] | None, problem_id: str) -> None:
+    def __init__(self, options: StrategyOptions, judge: Judge,
+                 on_example: Callable[[RoutingExample], None] | None = None, problem_id: str = "") -> None:
         if judge.needs_target_step:
             raise JudgeError(f"arbitrage-oracle rates each candidate step on its own; judge '{judge.name}' "
                              "compares two steps and gives no rating: use 'score'")
@@ -124,13 +115,3 @@ class ArbitrageOracle(Policy):
             self.on_example(RoutingExample(self.problem_id, routing_state(run, drafted), own.text, q_draft, q_target,
                                            drafted.num_tokens, own.num_tokens, v_draft.judge))
         run.keep(Author.TARGET if target_wins else Author.DRAFT, own if target_wins else drafted, **fields)
-
-
-async def arbitrage_oracle(question: str, *, draft: Engine, target: Engine, judge: Judge,
-                           on_example: Callable[[RoutingExample], None] | None = None, problem_id: str = "",
-                           **options: Any) -> Trace:
-    """``options``: none of its own; the driver's ``rules``, ``budget``, ``on_step``."""
-    shared, options = split_shared(options)
-    StrategyOptions.of("arbitrage-oracle", options)
-    return await drive(ArbitrageOracle(judge, on_example, problem_id), question, {"draft": draft, "target": target},
-                       **shared)

@@ -7,33 +7,26 @@ judge always sides with one model.
 
 from __future__ import annotations
 
-from typing import Any
-
-from engine.protocol import Engine
-from orchestrator.driver import Policy, StrategyOptions, drive
+from orchestrator.driver import Policy
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun
-from orchestrator.trace import Author, Trace
+from orchestrator.trace import Author
 
 
 class OneModel(Policy):
-    """Every step, and the answer after </think>, by one model."""
+    """Every step, and the answer after </think>, by one model (``author``); no options."""
 
-    def __init__(self, author: Author) -> None:
-        self.author = self.answerer = author
-        self.name = f"{author}-only"
+    author: Author
 
     async def step(self, run: TraceRun) -> None:
         run.keep(self.author, await run.write(self.author))
 
 
-async def target_only(question: str, *, target: Engine, **shared: Any) -> Trace:
-    """``shared``: the driver's ``rules``, ``budget``, ``on_step``; no options of its own."""
-    return await drive(OneModel(Author.TARGET), question, {"target": target}, **shared)
+@strategy("target-only", needs_draft=False)
+class TargetOnly(OneModel):
+    author = Author.TARGET
 
 
-async def draft_only(question: str, *, draft: Engine, target: Engine | None = None, **shared: Any) -> Trace:
-    """The draft alone (``target`` is accepted, as every strategy gets one, and unused)."""
-    return await drive(OneModel(Author.DRAFT), question, {"draft": draft}, **shared)
-
-
-NoOptions = StrategyOptions  # target-only and draft-only take none
+@strategy("draft-only", needs_target=False)
+class DraftOnly(OneModel):
+    author = answerer = Author.DRAFT

@@ -43,14 +43,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from engine.protocol import Engine
 from judges.base import Judge, JudgeError, plausible_share
-from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, drive_search
-from orchestrator.goodput import GoodputGovernor
+from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening, Turn
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import split_steps, tally
-from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
+from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Work, join_steps
 
 
 class BestOfNTargetOptions(StrategyOptions):
@@ -100,17 +99,23 @@ class Solution:
         self.ends, self.complete = step.ends, step.complete
 
 
+@strategy("best-of-n", BestOfNOptions, default_judge="likelihood", queued_judge=True)
 class BestOfN(Policy):
-    """The search; its one step keeps the winning solution's steps and ends the trace."""
+    """The search; its one step keeps the winning solution's steps and ends the trace. It
+    picks who writes per round (:func:`write_verified`), so the driver does not (UNGOVERNED)."""
 
-    def __init__(self, judge: Judge, options: BestOfNTargetOptions, sampler: Author) -> None:
+    sampler = Author.DRAFT  # who samples the solutions past their openings
+
+    def __init__(self, options: BestOfNTargetOptions, judge: Judge) -> None:
         if judge.needs_target_step:
             raise JudgeError(f"best-of-n rates each solution on its own; judge '{judge.name}' compares two steps: "
                              "use 'likelihood' or 'score'")
-        self.name = "best-of-n" if sampler is Author.DRAFT else "best-of-n-target"
-        self.judge, self.options, self.sampler = judge, options, sampler
-        self.verified = sampler is Author.DRAFT and judge.needs_draft_tokens
+        self.judge, self.options = judge, options
+        self.verified = self.sampler is Author.DRAFT and judge.needs_draft_tokens
         self.found: dict[str, Any] = {}
+
+    def turn(self, run: TraceRun) -> Turn:
+        return Turn.UNGOVERNED
 
     async def step(self, run: TraceRun) -> None:
         o = self.options
@@ -153,6 +158,13 @@ class BestOfN(Policy):
     def search(self) -> dict[str, Any]:
         return {**self.found, "options": {**self.options.model_dump(exclude={"seed"}), "sampler": self.sampler.value,
                                           "verified": self.verified}}
+
+
+@strategy("best-of-n-target", BestOfNTargetOptions, needs_draft=False, default_judge="likelihood", queued_judge=True)
+class BestOfNTarget(BestOfN):
+    """The baseline: the same vote over n solutions the target samples."""
+
+    sampler = Author.TARGET
 
 
 def seeds(o: BestOfNTargetOptions, depth: int, solutions: list[int]) -> list[int]:
@@ -238,17 +250,3 @@ async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, fir
     texts = split_steps(sample.text, run.rules.delimiter) or [sample.text]
     return [StepRecord.written(first + i, author, text, Work(await run.engines[author].acount_tokens(text)),
                                backoff=backoff) for i, text in enumerate(texts)]
-
-
-async def best_of_n(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
-                    sampler: str = "draft", governor: GoodputGovernor | None = None, **options: Any) -> Trace:
-    """``options``: :class:`BestOfNOptions` (the twin's: :class:`BestOfNTargetOptions`), and the
-    driver's ``rules``, ``budget``, ``on_step``. ``sampler``: who samples the solutions ("target":
-    the ``best-of-n-target`` baseline)."""
-    return await drive_search("best-of-n", BestOfN, {"draft": BestOfNOptions, "target": BestOfNTargetOptions},
-                              question, sampler, {"target": target, "draft": draft}, judge, options, governor)
-
-
-async def best_of_n_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:
-    """The baseline: the same vote over n solutions the target samples."""
-    return await best_of_n(question, target=target, judge=judge, sampler="target", **options)

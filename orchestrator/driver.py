@@ -5,7 +5,9 @@ driver owns everything else, the same way for every strategy:
 
 1. start: the :class:`TraceRun` (engines counted per trace, the governor entered);
 2. the loop on the stop reason: while :meth:`TraceRun.stop_reason` is None (no step
-   ended the trace, no budget is spent), ``await policy.step(run)``;
+   ended the trace, no budget is spent), ``await policy.step(run)``; where the strategy
+   backs off under load, the goodput governor is asked first (:class:`Turn`), and when
+   drafting does not pay at the load the target writes the step instead;
 3. thinking: a step that closed ``</think>`` stops the loop; the policy's
    ``answerer`` writes the answer after it (:meth:`TraceRun.write_answer`);
 4. errors: an :class:`EngineError` becomes a :class:`ReasoningError` holding the
@@ -18,13 +20,15 @@ A step policy calls ``run.write`` (a model writes a step), ``run.judge``, and
 same shape: its one ``step`` searches, keeps the chosen steps and ``run.end``-s the
 trace with the search's stop reason.
 
-Options: each strategy declares its own as a :class:`StrategyOptions` model (frozen,
-unknown names refused), one default and constraint per field; :meth:`StrategyOptions.parse`
-turns a bad name or value into a :class:`StrategyError` naming it.
+Strategies register themselves (:mod:`orchestrator.registry`). Options: each strategy
+declares its own as a :class:`StrategyOptions` model (frozen, unknown names refused), one
+default and constraint per field; :meth:`StrategyOptions.parse` turns a bad name or value
+into a :class:`StrategyError` naming it.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Callable, ClassVar, Mapping, Self
 
 from pydantic import Field
@@ -85,12 +89,41 @@ class Backoff(StrategyOptions):
                                             "pay (goodput)")
 
 
+class StepBackoff(Backoff):
+    """Backing off step by step (the driver asks the governor before each step), and how much
+    the target writes in one call when it does."""
+
+    backoff_tokens: int = Field(0, ge=0, description="backing off, the target writes up to this many tokens in "
+                                "one generation (kept as the steps it holds) before the governor is asked again; "
+                                "0: one step per call")
+
+
+class Turn(StrEnum):
+    """What the next step is to the goodput governor, which the driver asks before each step
+    (:meth:`Policy.turn`). Example: ``specreason``'s first two steps are its OPENING (the
+    target's, by the policy), its third step GOVERNED: at a load where drafted steps cost more
+    per token than the target's, the driver has the target write it (``backoff=True``)."""
+
+    GOVERNED = "governed"  # the governor picks who writes it, and times it as its mode's sample
+    UNTIMED = "untimed"  # the governor picks, and does not time it (it carries the question's prefill)
+    OPENING = "opening"  # the policy's own target step: counted as running, neither picked nor timed
+    UNGOVERNED = "ungoverned"  # no pick now: drafted work in flight, or a search that picks per round
+
+
 class Policy:
-    """What one strategy does: write the next step(s) of a trace. Subclasses set
-    ``name`` (the trace's strategy) and define :meth:`step`."""
+    """What one strategy does: write the next step(s) of a trace. Registered by
+    :func:`orchestrator.registry.strategy` (which sets ``name``, the trace's strategy);
+    subclasses define :meth:`step`, and :meth:`turn` where it is not GOVERNED."""
 
     name: str
     answerer: Author = Author.TARGET  # who writes the answer after </think>
+
+    def __init__(self, options: StrategyOptions) -> None:
+        self.options = options
+
+    def turn(self, run: TraceRun) -> Turn:
+        """What the next step is to the governor (it is asked only where the strategy backs off)."""
+        return Turn.GOVERNED
 
     async def step(self, run: TraceRun) -> None:
         """Write the next step(s): ``run.keep`` them (a search: keep its chosen steps and ``run.end``)."""
@@ -107,12 +140,13 @@ class Policy:
 async def drive(policy: Policy, question: str, engines: Mapping[str, Engine | None], *,
                 rules: StepRules = StepRules(), budget: Budget = Budget(),
                 on_step: Callable[[StepRecord], None] | None = None,
-                governor: GoodputGovernor | None = None) -> Trace:
-    """One trace of ``question`` written by ``policy`` over ``engines`` (by role; None: absent).
+                governor: GoodputGovernor | None = None, backoff_tokens: int = 0) -> Trace:
+    """One trace of ``question`` written by ``policy`` over ``engines`` (by role; None: absent);
+    ``governor``: where the strategy backs off, and ``backoff_tokens`` (:class:`Backoff`).
     Its model calls carry a session id (:mod:`engine.session`): the caller's, or its own."""
     session = None if TRACE_SESSION.get() else TRACE_SESSION.set(new_session())
     try:
-        return await _drive(policy, question, engines, rules, budget, on_step, governor)
+        return await _drive(policy, question, engines, rules, budget, on_step, governor, backoff_tokens)
     finally:
         if session is not None:
             TRACE_SESSION.reset(session)
@@ -120,12 +154,23 @@ async def drive(policy: Policy, question: str, engines: Mapping[str, Engine | No
 
 async def _drive(policy: Policy, question: str, engines: Mapping[str, Engine | None], rules: StepRules,
                  budget: Budget, on_step: Callable[[StepRecord], None] | None,
-                 governor: GoodputGovernor | None) -> Trace:
+                 governor: GoodputGovernor | None, backoff_tokens: int) -> Trace:
     run = TraceRun(question, policy.name, rules, budget, {r: e for r, e in engines.items() if e is not None},
                    on_step, governor)
     try:
         await run.open()
         while (stop := run.stop_reason()) is None:
+            turn = policy.turn(run)
+            # goodput: where drafting does not pay at this load, the target writes the step
+            if turn is not Turn.UNGOVERNED and turn is not Turn.OPENING and run.decide(
+                    sample=turn is Turn.GOVERNED) is Author.TARGET:
+                if backoff_tokens:
+                    await run.write_run(Author.TARGET, backoff_tokens, backoff=True)
+                else:
+                    run.keep(Author.TARGET, await run.write(Author.TARGET), backoff=True)
+                continue
+            if turn is Turn.OPENING:
+                run.decide(forced=Author.TARGET)  # counted as running, neither picked nor timed
             await policy.step(run)
         if stop is StopReason.THINKING:
             stop = await run.write_answer(policy.answerer)
@@ -135,37 +180,3 @@ async def _drive(policy: Policy, question: str, engines: Mapping[str, Engine | N
         await policy.close()
         run.leave()  # any other failure too: the governor's count of traces in flight stays right
     return run.finish(stop, search=policy.search())
-
-
-SHARED = ("rules", "budget", "on_step")  # what every strategy passes on to the driver
-
-
-def split_shared(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A strategy's keywords as (the driver's: rules, budget, on_step; the strategy's options)."""
-    return ({k: v for k, v in keywords.items() if k in SHARED}, {k: v for k, v in keywords.items() if k not in SHARED})
-
-
-async def drive_search(strategy: str, policy: Callable[[Any, Any, Author], Policy],
-                       options_models: Mapping[str, type[StrategyOptions]], question: str, who: str,
-                       engines: Mapping[str, Engine | None], judge: Any, keywords: Mapping[str, Any],
-                       governor: GoodputGovernor | None = None) -> Trace:
-    """A search strategy (``tree``, ``best-of-n``) run by :func:`drive`: ``who`` samples its
-    candidates ("draft"; "target": its ``-target`` twin, the baseline), ``options_models`` the
-    options each takes (by ``who``), ``keywords`` the strategy's options and the driver's;
-    ``governor``: the shared one, for a strategy that backs off."""
-    if who not in tuple(Author):
-        raise ValueError(f"{strategy}: the sampler must be 'draft' or 'target', got {who!r}")
-    author = Author(who)
-    if author is Author.DRAFT and engines.get(Author.DRAFT) is None:
-        raise ValueError(f"{strategy} with the draft sampling needs a draft engine")
-    shared, options = split_shared(keywords)
-    name = strategy if author is Author.DRAFT else f"{strategy}-target"
-    o = options_models[who].of(name, options)
-    backoff = isinstance(o, Backoff) and o.backoff
-    return await drive(policy(judge, o, author), question, engines, governor=backoff_governor(backoff, governor),
-                       **shared)
-
-
-def backoff_governor(backoff: bool, governor: GoodputGovernor | None) -> GoodputGovernor | None:
-    """The governor of a strategy that backs off under load: the shared one, else its own."""
-    return (governor or GoodputGovernor()) if backoff else None

@@ -33,20 +33,18 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import Field, model_validator
 
-from engine.protocol import Engine
 from judges.base import Judge
-from orchestrator.driver import Backoff, Policy, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor
+from orchestrator.driver import Policy, StepBackoff, Turn
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.trace import Author, StepRecord, Trace
+from orchestrator.trace import Author, StepRecord
 
 
-class LookaheadOptions(Backoff):
+class LookaheadOptions(StepBackoff):
     gamma: int = Field(4, ge=1, description="steps drafted ahead in the first round")
     min_gamma: int = Field(1, ge=1)
     max_gamma: int = Field(8, ge=1)
@@ -87,10 +85,9 @@ class GammaController:
         self.gamma = max(self.min_gamma, min(self.max_gamma, round(expected_run) + 1))
 
 
+@strategy("lookahead", LookaheadOptions, default_judge="cascade", judge_sees_target_step=True)
 class Lookahead(Policy):
-    name = "lookahead"
-
-    def __init__(self, judge: Judge, options: LookaheadOptions) -> None:
+    def __init__(self, options: LookaheadOptions, judge: Judge) -> None:
         self.judge, self.logprobs = judge, draft_logprobs(judge)
         self.control = GammaController(options.gamma, options.min_gamma, options.max_gamma, options.adaptive)
         self.next_round: asyncio.Task | None = None  # the draft's steps past the round being verified
@@ -104,10 +101,10 @@ class Lookahead(Policy):
             base = [*base, written_step(len(base), Author.DRAFT, drafted[-1])]
         return drafted
 
+    def turn(self, run: TraceRun) -> Turn:
+        return Turn.GOVERNED if self.next_round is None else Turn.UNGOVERNED  # a round drafted ahead: go on
+
     async def step(self, run: TraceRun) -> None:
-        if self.next_round is None and run.decide() is Author.TARGET:  # goodput: drafting does not pay now
-            run.keep(Author.TARGET, await run.write("target"), backoff=True)
-            return
         drafted = await (self.next_round or self.draft_ahead(run, list(run.steps), self.control.gamma))
         self.next_round = None
         if not drafted:  # drafting stopped where the trace stops (a timeout in between)
@@ -147,12 +144,3 @@ class Lookahead(Policy):
             self.next_round.cancel()
             await asyncio.gather(self.next_round, return_exceptions=True)  # cancelled work: nothing to keep
         self.next_round = None
-
-
-async def lookahead(question: str, *, draft: Engine, target: Engine, judge: Judge,
-                    governor: GoodputGovernor | None = None, **options: Any) -> Trace:
-    """``options``: :class:`LookaheadOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
-    shared, options = split_shared(options)
-    o = LookaheadOptions.of("lookahead", options)
-    return await drive(Lookahead(judge, o), question, {"draft": draft, "target": target},
-                       governor=backoff_governor(o.backoff, governor), **shared)

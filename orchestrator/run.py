@@ -26,7 +26,7 @@ from orchestrator.budget import Budget
 from orchestrator.goodput import GoodputGovernor, StepTicket
 from orchestrator.prompts import opening_messages
 from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
-from orchestrator.steps import StepRules, find_answer
+from orchestrator.steps import StepRules, find_answer, inside_thinking, last_boxed, split_steps
 from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
 
 
@@ -259,6 +259,25 @@ class TraceRun:
         heads = [(c.kept_text + (c.resampled_text or "")) if c is not None else "" for c in cuts]
         written = await self.write_many("target", bases, caps, heads=heads, **sampling)
         return [replace(w, num_tokens=w.num_tokens + r) for w, r in zip(written, resampled)]
+
+    async def write_run(self, author: Author, cap: int, **fields: Any) -> None:
+        """``author`` writes on in one generation (no stop at the delimiter) of at most ``cap``
+        tokens within the budget, kept as the steps it holds: split at the delimiter, each
+        counted and timed by its share of the tokens, up to the step that ends the trace
+        (``fields``: each record's). Example, cap 200: the target writes "9 * 2 = 18.\n\nShe
+        makes \\boxed{18}.\n\nDone." in one call: two steps join the trace (the second ends
+        it: its answer), the third is dropped."""
+        piece = await self.write(author, cap=max(1, min(cap, self.budget.max_tokens - self.num_tokens)), until_end=True)
+        texts = split_steps(piece.text, self.rules.delimiter) or [piece.text]
+        counts = [await self.engines[author].acount_tokens(text) for text in texts]
+        for i, (text, n) in enumerate(zip(texts, counts)):
+            last = i == len(texts) - 1
+            boxed = last_boxed(text) is not None and not inside_thinking(self.prompt(author) + text, self.rules)
+            work = Work(n, piece.seconds * n / max(1, sum(counts)))
+            self.add(StepRecord.written(len(self.steps), author, text, work, complete=piece.complete or not last,
+                                        **fields), piece.ends if last else StepEnd.TRACE if boxed else None)
+            if self.stop_reason() is not None:
+                return
 
     def keep(self, author: Author, step: GeneratedStep, **fields: Any) -> None:
         """Add ``step``, written by ``author``, to the trace (``fields``: a verdict's)."""

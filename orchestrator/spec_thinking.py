@@ -18,11 +18,11 @@ from typing import Any, Sequence
 
 from pydantic import Field, field_validator
 
-from engine.protocol import Engine
 from judges.base import Verdict
-from orchestrator.driver import Policy, StrategyOptions, drive, split_shared
+from orchestrator.driver import Policy, StrategyOptions
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, judged_fields
-from orchestrator.trace import Author, Trace
+from orchestrator.trace import Author
 
 DEFAULT_CUES = ("wait", "alternatively", "let me check", "let me verify", "hmm", "double-check", "but wait")
 _LEAD = " \t\n*#>-_`"
@@ -54,12 +54,8 @@ def reflection_cue(step: str, cues: Sequence[str]) -> str | None:
     return None
 
 
+@strategy("spec-thinking", SpecThinkingOptions)
 class SpecThinking(Policy):
-    name = "spec-thinking"
-
-    def __init__(self, options: SpecThinkingOptions) -> None:
-        self.options = options
-
     async def step(self, run: TraceRun) -> None:
         drafted = await run.write("draft")
         cue = reflection_cue(drafted.text, self.options.cues)
@@ -76,10 +72,3 @@ class SpecThinking(Policy):
             run.keep(Author.TARGET, own, **handed)
             num_written += own.num_tokens
             handed = {}
-
-
-async def spec_thinking(question: str, *, draft: Engine, target: Engine, **options: Any) -> Trace:
-    """``options``: :class:`SpecThinkingOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
-    shared, options = split_shared(options)
-    o = SpecThinkingOptions.of("spec-thinking", options)
-    return await drive(SpecThinking(o), question, {"draft": draft, "target": target}, **shared)

@@ -27,27 +27,27 @@ she makes 9 * 2 = $18." and the verifier accepts it: the step is complete, the
 target wrote one token of it.
 
 ``backoff`` (goodput-aware speculation, :mod:`orchestrator.goodput`): before each
-step a governor shared by all problems in flight compares the measured seconds
-per token of drafted and target-written steps at the current load, and lets the
-target write the step when drafting does not pay (``backoff=True`` in its record).
+step the driver asks a governor shared by all problems in flight, which compares the
+measured seconds per token of drafted and target-written steps at the current load,
+and has the target write the step when drafting does not pay (``backoff=True`` in its record).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from pydantic import Field
 
-from engine.protocol import Engine
+from engine.speculation import TokenMethod
 from judges.base import Judge, JudgeError
-from orchestrator.driver import Backoff, Policy, TargetOpening, backoff_governor, drive, split_shared
-from orchestrator.goodput import GoodputGovernor
+from orchestrator.driver import Policy, StepBackoff, TargetOpening, Turn
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
-from orchestrator.trace import Author, StepRecord, Trace
+from orchestrator.trace import Author, StepRecord
 
 
-class SpecReasonOptions(Backoff, TargetOpening):
+class SpecReasonOptions(StepBackoff, TargetOpening):
     """The target's opening steps, backing off under load, and how a cut step is repaired."""
 
     draft_opening: bool = Field(True, description="the draft writes the first step (the opening sentence), "
@@ -59,10 +59,9 @@ class SpecReasonOptions(Backoff, TargetOpening):
                                  "many times in a step; past that (and with 0) the target writes the rest of the step")
 
 
+@strategy("specreason", SpecReasonOptions, default_judge="likelihood", target_spec=TokenMethod.SUFFIX)
 class SpecReason(Policy):
-    name = "specreason"
-
-    def __init__(self, judge: Judge, options: SpecReasonOptions) -> None:
+    def __init__(self, options: SpecReasonOptions, judge: Judge) -> None:
         if judge.needs_target_step:
             raise JudgeError(
                 f"specreason cannot use judge '{judge.name}': it compares with the target's step, and "
@@ -70,13 +69,15 @@ class SpecReason(Policy):
                 "'lookahead' strategy)")
         self.judge, self.options = judge, options
 
-    async def step(self, run: TraceRun) -> None:
+    def turn(self, run: TraceRun) -> Turn:
         done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
-        opening = done < self.options.first_target_steps and not (self.options.draft_opening and done == 0)
-        # goodput: at this load, does drafting pay? (the first step, with the question's prefill: no sample)
-        mode = run.decide(forced=Author.TARGET if opening else None, sample=done > 0)
-        if mode is Author.TARGET:
-            run.keep(Author.TARGET, await run.write("target"), backoff=not opening)
+        if done < self.options.first_target_steps and not (self.options.draft_opening and done == 0):
+            return Turn.OPENING
+        return Turn.GOVERNED if done else Turn.UNTIMED  # the first step carries the question's prefill
+
+    async def step(self, run: TraceRun) -> None:
+        if self.turn(run) is Turn.OPENING:
+            run.keep(Author.TARGET, await run.write(Author.TARGET))
             return
         drafted = await run.write("draft", logprobs=draft_logprobs(self.judge))
         t0 = time.perf_counter()
@@ -102,12 +103,3 @@ def cuts_in_open_step(steps: Sequence[StepRecord]) -> int:
             break
         n += step.cut is not None
     return n
-
-
-async def specreason(question: str, *, draft: Engine, target: Engine, judge: Judge,
-                     governor: GoodputGovernor | None = None, **options: Any) -> Trace:
-    """``options``: :class:`SpecReasonOptions`, and the driver's ``rules``, ``budget``, ``on_step``."""
-    shared, options = split_shared(options)
-    o = SpecReasonOptions.of("specreason", options)
-    return await drive(SpecReason(judge, o), question, {"draft": draft, "target": target},
-                       governor=backoff_governor(o.backoff, governor), **shared)

@@ -20,84 +20,22 @@ best-of-n-target n solutions the target samples, the same vote          -     li
 ================ ====================================================== ===== =======
 
 Each strategy module declares its options (a :class:`StrategyOptions` model: one
-default and constraint per field) and its step policy; :func:`orchestrator.driver.drive`
-runs the policy inside the shell every strategy shares (budgets, stop reasons,
-``</think>``, engine errors, the trace's stats).
+default and constraint per field) and its step policy, registered by
+:func:`orchestrator.registry.strategy`; :func:`orchestrator.driver.drive` runs the policy
+inside the shell every strategy shares (budgets, stop reasons, ``</think>``, the goodput
+governor, engine errors, the trace's stats). Importing this module registers them all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Mapping
 
-from common.registry import Entry, Registry
-from engine.speculation import TokenMethod
-from orchestrator.arbitrage import ArbitrageOptions, arbitrage, arbitrage_oracle
-from orchestrator.baseline import NoOptions, draft_only, target_only
-from orchestrator.best_of_n import BestOfNOptions, BestOfNTargetOptions, best_of_n, best_of_n_target
+# Each strategy module registers its strategies when imported, in the order of the table above.
+from orchestrator import baseline, specreason, lookahead, spec_thinking, arbitrage, tree, best_of_n  # noqa: F401
 from orchestrator.driver import StrategyError, StrategyOptions
-from orchestrator.lookahead import LookaheadOptions, lookahead
-from orchestrator.spec_thinking import SpecThinkingOptions, spec_thinking
-from orchestrator.specreason import SpecReasonOptions, specreason
-from orchestrator.trace import Trace
-from orchestrator.tree import TreeOptions, TreeTargetOptions, tree, tree_target
+from orchestrator.registry import STRATEGIES, Strategy
 
 __all__ = ["STRATEGIES", "Strategy", "StrategyError", "check_options", "get_strategy"]
-
-
-@dataclass(frozen=True)
-class Strategy(Entry):
-    """A registered strategy: its policy (``run``), its own options (``options_model``: names,
-    defaults, constraints) and what it needs of the models."""
-
-    # run(question, *, target, draft, judge, router, governor, rules, budget, on_step, **options) -> Trace
-    run: Callable[..., Awaitable[Trace]]
-    needs_draft: bool
-    default_judge: str | None  # None: the strategy takes no judge
-    # Whether the target model writes or judges anything (draft-only: no, so no target engine starts).
-    needs_target: bool = True
-    # Whether the judge sees the target's own step (equivalence judges need it).
-    judge_sees_target_step: bool = False
-    needs_router: bool = False  # decisions come from a router (routers/), not a judge
-    # Judge requests from all of a reasoner's problems go through one batching queue.
-    queued_judge: bool = False
-    # The token-level speculation inside the target that makes this strategy fastest (what the
-    # engine pair's target_spec "auto" means for it). Where the target writes most of the trace,
-    # the 0.5B drafting its tokens (engines_cpu); where it mostly verifies drafted steps and
-    # writes a token at a cut, suffix decoding, whose verifications and one-token writes cost
-    # less than with the draft model inside the target (speed_choice_gsm8k100-129_cpu,
-    # target_spec_gsm8k100-108_cpu).
-    target_spec: TokenMethod = TokenMethod.DRAFT
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """Names of the strategy's own options (not the shared question/engines/rules/budget)."""
-        return tuple(self.options_model.model_fields)
-
-    @property
-    def backs_off(self) -> bool:
-        """Whether it takes the goodput governor (option ``backoff``): one shared by a reasoner's problems."""
-        return "backoff" in self.options_model.model_fields
-
-
-STRATEGIES: Registry[Strategy] = Registry("strategy", StrategyError, plural="Strategies", entries=(
-    Strategy("target-only", NoOptions, target_only, needs_draft=False, default_judge=None),
-    Strategy("draft-only", NoOptions, draft_only, needs_draft=True, default_judge=None, needs_target=False),
-    Strategy("specreason", SpecReasonOptions, specreason, needs_draft=True, default_judge="likelihood",
-             target_spec=TokenMethod.SUFFIX),
-    Strategy("lookahead", LookaheadOptions, lookahead, needs_draft=True, default_judge="cascade",
-             judge_sees_target_step=True),
-    Strategy("spec-thinking", SpecThinkingOptions, spec_thinking, needs_draft=True, default_judge=None),
-    Strategy("arbitrage", ArbitrageOptions, arbitrage, needs_draft=True, default_judge=None, needs_router=True),
-    Strategy("arbitrage-oracle", NoOptions, arbitrage_oracle, needs_draft=True, default_judge="score"),
-    Strategy("tree", TreeOptions, tree, needs_draft=True, default_judge="likelihood", queued_judge=True),
-    Strategy("tree-target", TreeTargetOptions, tree_target, needs_draft=False, default_judge="likelihood",
-             queued_judge=True),
-    Strategy("best-of-n", BestOfNOptions, best_of_n, needs_draft=True, default_judge="likelihood",
-             queued_judge=True),
-    Strategy("best-of-n-target", BestOfNTargetOptions, best_of_n_target, needs_draft=False,
-             default_judge="likelihood", queued_judge=True),
-))
 
 
 def get_strategy(name: str) -> Strategy:

@@ -65,9 +65,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from engine.protocol import Engine
 from judges.base import Judge, JudgeError, StepCandidate, Verdict, plausible_share
-from orchestrator.driver import Policy, StrategyOptions, TargetOpening, drive_search
+from orchestrator.driver import Policy, StrategyOptions, TargetOpening
+from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, repeats
 from orchestrator.stepgen import GeneratedStep
 from orchestrator.steps import StepRules, tally
@@ -194,15 +194,17 @@ class SearchTree:
         return nx.node_link_data(self.graph, edges="edges")
 
 
+@strategy("tree", TreeOptions, default_judge="likelihood", queued_judge=True)
 class TreeSearch(Policy):
     """The search; its one step keeps the chosen branch's steps and ends the trace."""
 
-    def __init__(self, judge: Judge, options: TreeTargetOptions, proposer: Author) -> None:
+    proposer = Author.DRAFT  # who proposes the candidates past the opening depths
+
+    def __init__(self, options: TreeTargetOptions, judge: Judge) -> None:
         if judge.needs_target_step:
             raise JudgeError(f"tree search rates each candidate on its own; judge '{judge.name}' compares two "
                              "steps: use 'likelihood' or 'score'")
-        self.name = "tree" if proposer is Author.DRAFT else "tree-target"
-        self.options, self.proposer = options, proposer
+        self.options = options
         self.queue = judge if isinstance(judge, JudgeQueue) else JudgeQueue(judge)
         self.tree, self.token_budget, self.num_tokens, self.num_finished = None, options.token_budget, 0, 0
         self.votes: dict[str, int] = {}  # per answer: the finished branches that reached it
@@ -269,6 +271,13 @@ class TreeSearch(Policy):
                             "token_budget": self.token_budget}}
 
 
+@strategy("tree-target", TreeTargetOptions, needs_draft=False, default_judge="likelihood", queued_judge=True)
+class TreeTarget(TreeSearch):
+    """The baseline: the same beam search with the target proposing every candidate."""
+
+    proposer = Author.TARGET
+
+
 def to_mend(proposals: list[tuple[GeneratedStep, Verdict]]) -> tuple[GeneratedStep, Verdict] | None:
     """The drafted proposal of one branch that the target mends, if any. Mend rule: none when
     any proposal passed; else the one cut latest (it keeps the most drafted tokens), whether or
@@ -332,20 +341,6 @@ async def mend(run: TraceRun, tree: SearchTree, judge: Judge, poor: list[tuple[B
             for (b, _), s, v in zip(poor, own, verdicts)]
 
 
-async def tree(question: str, *, target: Engine, judge: Judge, draft: Engine | None = None,
-               proposer: str = "draft", **options: Any) -> Trace:
-    """``options``: :class:`TreeOptions` (the twin's: :class:`TreeTargetOptions`), and the driver's
-    ``rules``, ``budget``, ``on_step``. ``proposer``: who samples the candidates ("target": the
-    ``tree-target`` baseline)."""
-    return await drive_search("tree", TreeSearch, {"draft": TreeOptions, "target": TreeTargetOptions}, question,
-                              proposer, {"target": target, "draft": draft}, judge, options)
-
-
-async def tree_target(question: str, *, target: Engine, judge: Judge, **options: Any) -> Trace:
-    """The baseline: the same beam search with the target proposing every candidate."""
-    return await tree(question, target=target, judge=judge, proposer="target", **options)
-
-
 def load_tree(trace: Trace) -> Any:
     """The search tree of a ``tree`` trace as a networkx DiGraph (also after a JSON round trip)."""
     import networkx as nx
@@ -353,4 +348,3 @@ def load_tree(trace: Trace) -> Any:
     if not trace.search or "tree" not in trace.search:
         raise ValueError(f"trace of strategy '{trace.strategy}' holds no search tree")
     return nx.node_link_graph(trace.search["tree"], directed=True, edges="edges")
-

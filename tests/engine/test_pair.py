@@ -150,7 +150,7 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(engines, ques
     (exp of the mean token logprob) is at or above the threshold."""
     import math
 
-    from orchestrator.arbitrage import arbitrage
+    from strategy_runs import arbitrage
     from orchestrator.budget import Budget
     from routers.threshold import ThresholdRouter
 
@@ -188,10 +188,10 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     token the 1.5B agrees with, cut at the first it does not, and end with exactly the
     text target-only writes, token for token; the 0.5B's agreeing tokens are kept."""
     from judges.likelihood import LikelihoodJudge
-    from orchestrator.baseline import target_only
-    from orchestrator.lookahead import lookahead
+    from strategy_runs import target_only
+    from strategy_runs import lookahead
     from orchestrator.budget import Budget
-    from orchestrator.specreason import specreason
+    from strategy_runs import specreason
 
     target, draft = engines.use("target", "draft")
     budget = Budget(max_tokens=96, max_step_tokens=64)

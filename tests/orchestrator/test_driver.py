@@ -134,10 +134,12 @@ def test_the_budget_is_declared_once_frozen_and_hashable():
 def test_every_strategy_declares_its_options_once():
     expected = {
         "target-only": {}, "draft-only": {}, "arbitrage-oracle": {},
-        "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "draft_after_cut": 2},
-        "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True},
+        "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "backoff_tokens": 0,
+                       "draft_after_cut": 2},
+        "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True,
+                      "backoff_tokens": 0},
         "spec-thinking": {"takeover_tokens": 128},
-        "arbitrage": {"first_target_steps": 2, "backoff": True},
+        "arbitrage": {"first_target_steps": 2, "backoff": True, "backoff_tokens": 0},
         "tree": {"first_target_steps": 2, "k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0,
                  "token_budget": None, "vote": "majority"},
         "best-of-n": {"backoff": True, "first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0,
@@ -172,7 +174,7 @@ def test_options_are_checked_by_name_and_value():
     lookahead = get_strategy("lookahead")
     assert check_options(lookahead, {"gamma": 2}).gamma == 2
     with pytest.raises(StrategyError, match=r"strategy 'lookahead' has no option 'gama'\. Did you mean 'gamma'\? "
-                                            "Its options: backoff, gamma, min_gamma, max_gamma, adaptive"):
+                                            "Its options: backoff, backoff_tokens, gamma, min_gamma, max_gamma, adaptive"):
         check_options(lookahead, {"gama": 3})
     with pytest.raises(StrategyError, match=r"strategy 'lookahead': gamma must be an integer >= 1, got 0"):
         check_options(lookahead, {"gamma": 0})
@@ -192,21 +194,20 @@ def test_options_are_checked_by_name_and_value():
 
 
 def test_a_strategy_called_directly_checks_its_options_the_same_way():
-    from orchestrator.specreason import specreason
+    from strategy_runs import specreason
 
     with pytest.raises(StrategyError, match="strategy 'specreason' has no option 'gama'"):
         asyncio.run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=None, gama=1))
 
 
 
-def test_search_strategies_check_who_samples_before_any_engine_call():
-    from orchestrator.best_of_n import best_of_n
-    from orchestrator.tree import tree
+def test_strategies_check_their_engines_and_options_before_any_engine_call():
+    from strategy_runs import best_of_n, tree
 
     target = script(*TARGET_STEPS)
-    with pytest.raises(ValueError, match="tree: the sampler must be 'draft' or 'target', got 'beam'"):
+    with pytest.raises(StrategyError, match="strategy 'tree' has no option 'proposer'"):
         asyncio.run(tree(Q, target=target, judge=None, draft=target, proposer="beam"))
-    with pytest.raises(ValueError, match="best-of-n with the draft sampling needs a draft engine"):
+    with pytest.raises(StrategyError, match="strategy 'best-of-n' needs a draft engine"):
         asyncio.run(best_of_n(Q, target=target, judge=None))
     assert target.num_calls == 0
 
@@ -254,7 +255,7 @@ def test_the_driver_owns_the_loop_errors_and_the_end_of_a_trace():
 def test_a_search_that_stops_in_thinking_gets_its_answer_written_by_the_driver():
     """Today's change: the driver writes the answer after </think> for every strategy (tree
     and best-of-n used to stop with "thinking" and no answer after it)."""
-    from orchestrator.best_of_n import best_of_n_target
+    from strategy_runs import best_of_n_target
 
     def model(prompt):
         return "The answer is \\boxed{18}." if "</think>" in prompt else "<think>9 * 2 = 18</think>"
@@ -294,7 +295,7 @@ def test_every_strategy_is_a_short_policy():
 def test_every_engine_call_of_a_trace_carries_its_session_and_traces_differ():
     """engine.session: the driver gives each trace a session id (or keeps its caller's)."""
     from engine.session import TRACE_SESSION
-    from orchestrator.specreason import specreason
+    from strategy_runs import specreason
 
     seen: list[str | None] = []
 

@@ -8,10 +8,10 @@ from fake_engine import ScriptedEngine
 from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, run, script
 from judges.base import JudgeError, Verdict
 from judges.exact import ExactJudge
-from orchestrator.baseline import draft_only, target_only
+from strategy_runs import draft_only, target_only
 from orchestrator.budget import Budget
 from orchestrator.run import ReasoningError
-from orchestrator.specreason import specreason
+from strategy_runs import specreason
 from orchestrator.steps import StepRules
 from orchestrator.trace import Trace
 
@@ -144,8 +144,8 @@ def test_specreason_invariants_on_real_vllm(tiny_pair, baselines, runner):
 
 @pytest.mark.vllm
 def test_lookahead_and_spec_thinking_invariants_on_real_vllm(tiny_pair, baselines, runner):
-    from orchestrator.lookahead import lookahead
-    from orchestrator.spec_thinking import spec_thinking
+    from strategy_runs import lookahead
+    from strategy_runs import spec_thinking
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
     opts = dict(rules=RULES, budget=BUDGET)
@@ -168,7 +168,7 @@ def test_likelihood_verifier_ends_are_target_only_and_draft_only_on_real_vllm(ti
     token is plausible) writes exactly target-only's text, keeping the drafted tokens
     the target agrees with; a floor nothing falls under keeps the draft's text."""
     from judges.likelihood import LikelihoodJudge
-    from orchestrator.lookahead import lookahead
+    from strategy_runs import lookahead
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
     exact = LikelihoodJudge(target, floor=None, max_rank=1, math_max_rank=None)
@@ -195,7 +195,7 @@ def test_tree_on_the_likelihood_verifier_ends_is_target_only_and_draft_only_on_r
     the default); with a floor nothing falls under and the draft proposing from the first
     depth, draft-only's."""
     from judges.likelihood import LikelihoodJudge
-    from orchestrator.tree import tree
+    from strategy_runs import tree
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
     greedy = dict(rules=RULES, budget=BUDGET, k=1, beam=1, temperature=0.0, max_depth=BUDGET.max_steps)
@@ -448,6 +448,37 @@ def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     alone = reasoner.solve(Q)
     assert alone.stats["num_backoff_steps"] == 0 and all(s.author == "draft" for s in alone.trace.steps)
     reasoner.close()
+
+
+def test_backing_off_with_backoff_tokens_the_target_writes_its_steps_in_one_call():
+    """backoff_tokens: where drafting does not pay, one generation holds the target's next
+    steps (each a record of its own, counted), up to the one that ends the trace."""
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
+
+    def loaded():
+        g = GoodputGovernor()
+        for _ in range(7):
+            g.enter()  # with this problem, 8 in flight
+        for _ in range(g.min_samples):  # measured: a drafted step costs 10x more per token
+            g.observe(Author.DRAFT, 8, 10, 10.0)
+            g.observe(Author.TARGET, 8, 10, 1.0)
+        return g
+
+    def rest(prompt: str) -> str:  # the target's steps from where the prompt stands, and a line past its answer
+        n = prompt.split("<|assistant|>")[-1].count("\n\n")
+        return "".join(TARGET_STEPS[n:]) + "\n\nDone."
+
+    stepwise, target = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS),
+                                      judge=FixedJudge(True), first_target_steps=0, governor=loaded())), \
+        ScriptedEngine(continuation=rest)
+    at_once = run(specreason(Q, draft=script(*DRAFT_STEPS), target=target, judge=FixedJudge(True),
+                             first_target_steps=0, backoff_tokens=200, governor=loaded()))
+    assert at_once.text == stepwise.text == "\n\n".join(s.strip() for s in TARGET_STEPS)
+    assert [(s.author, s.backoff) for s in at_once.steps] == [("target", True)] * 3
+    assert target.num_calls == 1 and at_once.answer == "18" and at_once.stop_reason == "answer"
+    assert [s.num_target_tokens for s in at_once.steps] == [s.num_target_tokens for s in stepwise.steps]
+    assert at_once.num_backoff_steps == 3
 
 
 def test_a_reasoner_starts_only_the_engines_its_strategy_uses():

@@ -9,13 +9,14 @@ import pytest
 from engine.types import Completion, FinishReason, GenerationResult
 from fake_engine import ScriptedEngine
 from judges.base import CutRule, StepCandidate, TokenCut, Verdict
-from orchestrator.best_of_n import best_of_n, best_of_n_target
+from strategy_runs import best_of_n, best_of_n_target
 from orchestrator.driver import StrategyError
 from orchestrator.reasoner import Reasoner
 from orchestrator.budget import Budget
 from orchestrator.steps import answer_key
 from orchestrator.trace import Trace
-from orchestrator.tree import load_tree, tree, tree_target
+from orchestrator.tree import load_tree
+from strategy_runs import tree, tree_target
 from orchestrator.verify_queue import JudgeQueue
 
 Q = "What is 3 + 4?"

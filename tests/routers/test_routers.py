@@ -14,8 +14,10 @@ import sys
 import pytest
 
 from fake_engine import ScriptedEngine
-from orchestrator.arbitrage import arbitrage, arbitrage_oracle
-from orchestrator.baseline import draft_only, target_only
+from orchestrator.arbitrage import ArbitrageOracle
+from orchestrator.driver import StrategyOptions, drive
+from strategy_runs import arbitrage, arbitrage_oracle
+from strategy_runs import draft_only, target_only
 from orchestrator.reasoner import Reasoner
 from routers.base import Action, Decision, RouterError, RoutingExample, RoutingState
 from routers.features import HEAD_TOKENS, SCALAR_FEATURES, FeatureSet, featurize, scalar_features
@@ -350,8 +352,8 @@ def test_arbitrage_oracle_keeps_the_better_step_and_reports_both():
     examples = []
     target = script(TARGET_STEPS, "target", next_token=score_by_number)
     draft = script((*DRAFT_STEPS[:2], "So she makes \\boxed{18}."), "draft", token_logprob=lambda t: -0.3)
-    trace = asyncio.run(arbitrage_oracle(Q, draft=draft, target=target, judge=ScoreJudge(target),
-                                         on_example=examples.append, problem_id="p0"))
+    oracle = ArbitrageOracle(StrategyOptions(), ScoreJudge(target), on_example=examples.append, problem_id="p0")
+    trace = asyncio.run(drive(oracle, Q, {"draft": draft, "target": target}))
     # rated 2 against 9 twice (the target's step stays), then 9 against 9 (a tie keeps the draft's)
     assert [s.author for s in trace.steps] == ["target", "target", "draft"]
     assert trace.text == "16 - 3 - 4 = 9 eggs are left.\n\n9 * 2 = 18.\n\nSo she makes \\boxed{18}."

@@ -142,13 +142,13 @@ def cutting_target() -> ScriptedEngine:
 
 def scenarios() -> dict[str, Callable[[], Awaitable[Any]]]:
     from judges.likelihood import LikelihoodJudge
-    from orchestrator.arbitrage import arbitrage, arbitrage_oracle
-    from orchestrator.baseline import draft_only, target_only
-    from orchestrator.best_of_n import best_of_n, best_of_n_target
-    from orchestrator.lookahead import lookahead
-    from orchestrator.spec_thinking import spec_thinking
-    from orchestrator.specreason import specreason
-    from orchestrator.tree import tree, tree_target
+    from strategy_runs import arbitrage, arbitrage_oracle
+    from strategy_runs import draft_only, target_only
+    from strategy_runs import best_of_n, best_of_n_target
+    from strategy_runs import lookahead
+    from strategy_runs import spec_thinking
+    from strategy_runs import specreason
+    from strategy_runs import tree, tree_target
 
     b = dict(budget=BUDGET)
     cut_draft = ("16 - 3 = 13 eggs.\n\n", "13 - 4 = 8 eggs.\n\n", "So she makes \\boxed{16}.")

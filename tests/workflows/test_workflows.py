@@ -213,7 +213,7 @@ NAMES = [
     ("misspelt judge option", ("threshold: 6", "treshold: 6"), 11,
      ["judge 'score' has no option 'treshold'", "did you mean 'threshold'?"]),
     ("unknown strategy option", ("    strategy: specreason\n", "    strategy: lookahead\n    options: {gama: 3}\n"), 9,
-     ["strategy 'lookahead' has no option 'gama'", "did you mean 'gamma'?", "Its options: backoff, gamma, "]),
+     ["strategy 'lookahead' has no option 'gama'", "did you mean 'gamma'?", "Its options: backoff, backoff_tokens, gamma, "]),
     ("a judge where the strategy takes none", ("strategy: specreason", "strategy: draft-only"), 9,
      ["strategy 'draft-only' takes no judge"]),
     ("misspelt router", ("    strategy: specreason\n    judge: score\n    judge_options:\n      threshold: 6\n",

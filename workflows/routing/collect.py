@@ -39,7 +39,8 @@ from engine.exclusive import TurnTaking
 from engine.protocol import Engine
 from engine.config import build_engines
 from judges.registry import make_judge
-from orchestrator.arbitrage import arbitrage_oracle
+from orchestrator.arbitrage import ArbitrageOracle
+from orchestrator.driver import StrategyOptions, drive
 from orchestrator.config import ReasonerConfig, RunSettings
 from orchestrator.reasoner import check_reasoner
 from orchestrator.run import ReasoningError
@@ -177,8 +178,9 @@ async def collect(spec: CollectSpec, out_dir: str | os.PathLike, *, concurrency:
 
         async with gate:
             try:
-                trace = await arbitrage_oracle(p.question, draft=draft, target=target, judge=judge, rules=rules,
-                                               budget=budget, on_example=write, problem_id=pid)
+                oracle = ArbitrageOracle(StrategyOptions(), judge, on_example=write, problem_id=pid)
+                trace = await drive(oracle, p.question, {Author.DRAFT: draft, Author.TARGET: target}, rules=rules,
+                                    budget=budget)
             except ReasoningError as e:
                 trace = e.trace
             (grade,) = grader.grade(trace.text, p.reference).values()
