@@ -73,12 +73,15 @@ class Strategy(Entry):
         value is a :class:`StrategyError` before any engine call); ``governor``: the one shared
         by a reasoner's problems, for a strategy that backs off (else it gets its own)."""
         o = self.options_model.of(self.name, options)
-        for role, engine, needed in ((Author.TARGET, target, self.needs_target), (Author.DRAFT, draft, self.needs_draft)):
-            if needed and engine is None:
+        engines = {Author.TARGET: target if self.needs_target else None,
+                   Author.DRAFT: draft if self.needs_draft else None}
+        for role, needed in ((Author.TARGET, self.needs_target), (Author.DRAFT, self.needs_draft)):
+            if needed and engines[role] is None:
                 raise StrategyError(f"strategy '{self.name}' needs a {role} engine")
-        needs = {"judge": judge} if self.default_judge is not None else {}
-        policy = self.policy(o, **needs, **({"router": router} if self.needs_router else {}))
-        engines = {Author.TARGET: target if self.needs_target else None, Author.DRAFT: draft if self.needs_draft else None}
+        deciders = {"judge": judge} if self.default_judge is not None else {}
+        if self.needs_router:
+            deciders["router"] = router
+        policy = self.policy(o, **deciders)
         backoff = o if isinstance(o, Backoff) and o.backoff else None
         return await drive(policy, question, engines, rules=rules, budget=budget, on_step=on_step,
                            governor=(governor or GoodputGovernor()) if backoff else None,
