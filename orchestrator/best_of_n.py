@@ -48,7 +48,7 @@ from orchestrator.driver import Backoff, Policy, StrategyOptions, TargetOpening,
 from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields, written_step
 from orchestrator.stepgen import GeneratedStep
-from orchestrator.steps import split_steps, tally
+from orchestrator.steps import tally
 from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Work, join_steps
 
 
@@ -247,6 +247,5 @@ async def split_sample(run: TraceRun, author: Author, sample: GeneratedStep, fir
                        backoff: bool = False) -> list[StepRecord]:
     """A solution sampled whole, cut into steps numbered from ``first`` (each counted in the
     sampler's tokens)."""
-    texts = split_steps(sample.text, run.rules.delimiter) or [sample.text]
-    return [StepRecord.written(first + i, author, text, Work(await run.engines[author].acount_tokens(text)),
-                               backoff=backoff) for i, text in enumerate(texts)]
+    return [StepRecord.written(first + i, author, text, Work(n), backoff=backoff)
+            for i, (text, n) in enumerate(await run.steps_in(author, sample.text))]

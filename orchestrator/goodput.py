@@ -42,8 +42,8 @@ every trace drafting); the target wins and writes on, and at every higher load. 
 8-15 in flight its own rates decide (a verdict carried down is only a win); once the
 target wins there too, it wins at 16-31 without asking. Were any step a sample, a
 target step beside drafted ones would read slow and a drafted one beside target steps
-fast, so drafting would look cheaper while it made every wave slower. When the load falls back, that bucket's own rates decide
-again (and alone, the draft drafts).
+fast, so drafting would look cheaper while it made every wave slower. When the load
+falls back, that bucket's own rates decide again (and alone, the draft drafts).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Strategy(Entry):
     @property
     def backs_off(self) -> bool:
         """Whether it takes the goodput governor (option ``backoff``): one shared by a reasoner's problems."""
-        return "backoff" in self.options_model.model_fields
+        return issubclass(self.options_model, Backoff)
 
     async def run(self, question: str, *, target: Engine | None = None, draft: Engine | None = None,
                   judge: Any = None, router: Any = None, governor: GoodputGovernor | None = None,
@@ -82,10 +82,10 @@ class Strategy(Entry):
         if self.needs_router:
             deciders["router"] = router
         policy = self.policy(o, **deciders)
-        backoff = o if isinstance(o, Backoff) and o.backoff else None
+        backoff = self.backs_off and o.backoff
         return await drive(policy, question, engines, rules=rules, budget=budget, on_step=on_step,
                            governor=(governor or GoodputGovernor()) if backoff else None,
-                           backoff_tokens=backoff.backoff_tokens if isinstance(backoff, StepBackoff) else 0)
+                           backoff_tokens=o.backoff_tokens if backoff and isinstance(o, StepBackoff) else 0)
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy", StrategyError, plural="Strategies")

@@ -260,6 +260,11 @@ class TraceRun:
         written = await self.write_many("target", bases, caps, heads=heads, **sampling)
         return [replace(w, num_tokens=w.num_tokens + r) for w, r in zip(written, resampled)]
 
+    async def steps_in(self, author: Author, text: str) -> list[tuple[str, int]]:
+        """The steps ``text`` holds (cut at the delimiter), each with its tokens in ``author``'s count."""
+        texts = split_steps(text, self.rules.delimiter) or [text]
+        return [(t, await self.engines[author].acount_tokens(t)) for t in texts]
+
     async def write_run(self, author: Author, cap: int, **fields: Any) -> None:
         """``author`` writes on in one generation (no stop at the delimiter) of at most ``cap``
         tokens within the budget, kept as the steps it holds: split at the delimiter, each
@@ -268,10 +273,10 @@ class TraceRun:
         makes \\boxed{18}.\n\nDone." in one call: two steps join the trace (the second ends
         it: its answer), the third is dropped."""
         piece = await self.write(author, cap=max(1, min(cap, self.budget.max_tokens - self.num_tokens)), until_end=True)
-        texts = split_steps(piece.text, self.rules.delimiter) or [piece.text]
-        counts = [await self.engines[author].acount_tokens(text) for text in texts]
-        for i, (text, n) in enumerate(zip(texts, counts)):
-            last = i == len(texts) - 1
+        split = await self.steps_in(author, piece.text)
+        counts = [n for _, n in split]
+        for i, (text, n) in enumerate(split):
+            last = i == len(split) - 1
             boxed = last_boxed(text) is not None and not inside_thinking(self.prompt(author) + text, self.rules)
             work = Work(n, piece.seconds * n / max(1, sum(counts)))
             self.add(StepRecord.written(len(self.steps), author, text, work, complete=piece.complete or not last,

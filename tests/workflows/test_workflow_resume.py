@@ -208,8 +208,10 @@ def test_resume_refuses_other_inputs_another_workflow_and_a_changed_file(tmp_pat
     assert record["schema_version"] == 1
     old = {k: v for k, v in record.items() if k != "schema_version"}  # as records were
     (tmp_path / "old.json").write_text(json.dumps(old))
-    with pytest.raises(WorkflowError, match=r"a run record of schema 0 \(this stepspec resumes schema 1\); "
-                                            r"migrate it once with `python benchmarks/migrate_results.py --record"):
+    with pytest.raises(WorkflowError, match=r"old.json \(a run record\) has no schema_version .*; this stepspec "
+                                            r"reads schema 1: migrate it once with `python "
+                                            r"benchmarks/migrate_results.py --record .*old.json`, or run the "
+                                            r"workflow without --resume"):
         load_record(tmp_path / "old.json")
     migrate = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "migrate_results.py"), "--record",
                               str(tmp_path / "old.json")], capture_output=True, text=True)

@@ -32,6 +32,21 @@ from orchestrator.trace import StepRecord, Trace
 SCHEMA_VERSION = 1
 
 
+def check_schema(record: Any, where: str, migrate: str, error: type[Exception]) -> None:
+    """``record`` (a file's content, or a line's) is of :data:`SCHEMA_VERSION`; else ``error``
+    naming ``where`` and the fix: ``migrate`` (the command that brings an older one here), or
+    for a newer one, a newer stepspec."""
+    version = record.get("schema_version") if isinstance(record, dict) else None
+    if version == SCHEMA_VERSION:
+        return
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise error(f"{where}: written in results schema {version}, newer than this stepspec's "
+                    f"({SCHEMA_VERSION}); upgrade stepspec to read it")
+    found = "has no schema_version (written before files had one)" if version is None else \
+        f"is in results schema {version!r}"
+    raise error(f"{where} {found}; this stepspec reads schema {SCHEMA_VERSION}: {migrate}")
+
+
 class Record(BaseModel):
     """A part of a run's files: unknown keys kept, fields assignable as the run goes."""
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from common.files import JsonlError, read_jsonl
 from common.options import explain
-from workflows.eval.results import SCHEMA_VERSION, Results, Sample
+from workflows.eval.results import Results, Sample, check_schema
 
 logger = logging.getLogger(__name__)
 
@@ -48,19 +48,8 @@ def find_results(run_dir: Path) -> Path:
     return found[0]
 
 
-def check_version(record: Any, where: str, run_dir: Path) -> None:
-    """A file (or line) of :data:`SCHEMA_VERSION`; another is a :class:`BenchError` saying
-    how to bring it to this version."""
-    version = record.get("schema_version") if isinstance(record, dict) else None
-    if version == SCHEMA_VERSION:
-        return
-    if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise BenchError(f"{where}: written in results schema {version}, newer than this stepspec's "
-                         f"({SCHEMA_VERSION}); upgrade stepspec to read it")
-    found = "has no schema_version (written before files had one)" if version is None else \
-        f"is in results schema {version!r}"
-    raise BenchError(f"{where} {found}; this stepspec reads schema {SCHEMA_VERSION}: migrate the run once with "
-                     f"`python benchmarks/migrate_results.py {run_dir}`")
+def _migrate(run_dir: Path) -> str:
+    return f"migrate the run once with `python benchmarks/migrate_results.py {run_dir}`"
 
 
 def read_results(run_dir: Path) -> Results:
@@ -71,7 +60,7 @@ def read_results(run_dir: Path) -> Results:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BenchError(f"{path}: not a JSON results file ({e}); restore the file from version control, or "
                          "start the run again in a new --output-dir") from e
-    check_version(record, f"{path} (a results file)", run_dir)
+    check_schema(record, f"{path} (a results file)", _migrate(run_dir), BenchError)
     try:
         return Results.model_validate(record)
     except ValidationError as e:
@@ -93,7 +82,7 @@ def read_samples(path: Path, repair: bool = False) -> list[Sample]:
                        path, read.torn_line)
     samples = []
     for lineno, record in enumerate(read.records, 1):
-        check_version(record, f"{path}:{lineno} (a sample)", path.parent)
+        check_schema(record, f"{path}:{lineno} (a sample)", _migrate(path.parent), BenchError)
         try:
             samples.append(Sample.model_validate(record))
         except ValidationError as e:

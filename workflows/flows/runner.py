@@ -51,7 +51,7 @@ from orchestrator.run import ReasoningError
 from orchestrator.strategies import STRATEGIES, StrategyError
 from routers.base import RouterError
 from workflows.agents.agent import Agent
-from workflows.eval.results import SCHEMA_VERSION
+from workflows.eval.results import SCHEMA_VERSION, check_schema
 from workflows.flows.spec import (
     REF,
     AgentNode,
@@ -588,11 +588,8 @@ def load_record(path: str | os.PathLike) -> dict[str, Any]:
         raise WorkflowError(f"{path}: not a readable run record ({type(e).__name__}: {e})") from None
     if not isinstance(record, dict) or not isinstance(record.get("nodes"), dict):
         raise WorkflowError(f"{path}: not a run record (no nodes); give the record a `stepspec run` wrote")
-    if record.get("schema_version") != SCHEMA_VERSION:
-        found = record.get("schema_version")
-        raise WorkflowError(f"{path}: a run record of schema {found if found is not None else 0} (this stepspec "
-                            f"resumes schema {SCHEMA_VERSION}); migrate it once with `python "
-                            f"benchmarks/migrate_results.py --record {path}`, or run the workflow without --resume")
+    check_schema(record, f"{path} (a run record)", f"migrate it once with `python benchmarks/migrate_results.py "
+                 f"--record {path}`, or run the workflow without --resume", WorkflowError)
     return record
 
 
