@@ -27,23 +27,30 @@ the governor measures instead of guessing a count:
   first: a whole regime, since a mode's steps are pure only when every trace in
   flight writes in that mode), until ``max_spoiled`` of its steps have ended
   impure; a mode that could not be measured so (its steps never ran pure, as in
-  a wave's tail) loses to the target, the baseline. Then the mode with fewer
-  seconds per token wins, and every ``explore_every``-th decision in the bucket
-  switches to the other mode until it has ``min_samples`` more pure steps (again
-  within ``max_spoiled``), so its rate stays current. The target's opening and plan (a
-  policy's own choice, with the question's prefill) are no samples and belong to
-  no regime: they run in either, as new problems arrive.
+  a wave's tail) loses to the target, the baseline. Drafting's exploration costs
+  drafted steps, so its steps in flight count against ``max_spoiled`` too: with
+  25 in flight, 25 traces would begin a drafted step before the first one ends
+  (the target's costs nothing against the baseline: only its ended steps count).
+  Then the mode with fewer seconds per token wins, and every ``explore_every``-th
+  decision in the bucket switches to the other mode until it has ``min_samples``
+  more pure steps (again within ``max_spoiled``), so its rate stays current. The
+  target's opening and plan (a policy's own choice, with the question's prefill)
+  are no samples and belong to no regime: they run in either, as new problems arrive.
 
-Worked example (GSM8K problems in waves of 25; the run that chose these rules:
+Worked example (GSM8K problems in waves of 25; the run that chose the purity rule:
 ``governor_pure_gsm8k100-149_cpu``): the target writes every opening and plan; at
 16-31 in flight all decisions go to the target until 4 target steps ran pure (say
-0.2 s per trace token), then to the draft until 4 drafted steps ran pure (say 0.4 s:
-every trace drafting); the target wins and writes on, and at every higher load. At
-8-15 in flight its own rates decide (a verdict carried down is only a win); once the
-target wins there too, it wins at 16-31 without asking. Were any step a sample, a
-target step beside drafted ones would read slow and a drafted one beside target steps
-fast, so drafting would look cheaper while it made every wave slower. When the load
-falls back, that bucket's own rates decide again (and alone, the draft drafts).
+0.2 s per trace token), then to the draft: 8 drafted steps begin (``max_spoiled``),
+each beside target steps, so none is pure, and no more begin; drafting, unmeasured,
+loses to the target, which writes on. With ``max_spoiled=50`` the whole wave would
+draft until 4 drafted steps ran pure (say 0.4 s: every trace drafting), and the target
+would win all the same, at the cost of about two drafted steps a trace. At 4-7 in
+flight a regime forms within the bound and both rates are measured; once the target
+wins there, it wins at 8 and beyond without asking (a verdict carried down is only a
+win). Were any step a sample, a target step beside drafted ones would read slow and a
+drafted one beside target steps fast, so drafting would look cheaper while it made
+every wave slower. When the load falls back, that bucket's own rates decide again
+(and alone, the draft drafts).
 """
 
 from __future__ import annotations
@@ -64,10 +71,17 @@ class BucketRates:
     num_decisions: int = 0
     # Steps of each mode that ended impure (no sample): exploration's cost, bounded by max_spoiled.
     num_spoiled: dict[Author, int] = field(default_factory=lambda: {Author.DRAFT: 0, Author.TARGET: 0})
+    # Steps of each mode begun at this load as samples and not ended yet.
+    num_running: dict[Author, int] = field(default_factory=lambda: {Author.DRAFT: 0, Author.TARGET: 0})
     # A re-measured mode: it writes until it has this many pure samples, or this many spoiled steps.
     exploring: Author | None = None
     explore_until: int = 0
     explore_spoiled_until: int = 0
+
+    def spent(self, mode: Author) -> int:
+        """What ``mode``'s exploration has spent without samples: its steps ended impure, and
+        for the draft its steps in flight as well (each one a drafted step, measured or not)."""
+        return self.num_spoiled[mode] + (self.num_running[mode] if mode is Author.DRAFT else 0)
 
     def verdict(self, min_samples: int) -> Author | None:
         """The faster mode, once both have their samples; None before."""
@@ -138,14 +152,15 @@ class GoodputGovernor:
         return None
 
     def measure_or_choose(self, rates: BucketRates) -> Author:
-        """The bucket's own decision: explore a mode that lacks samples (until max_spoiled of its steps ended impure),
-        else the faster mode, re-measuring the other one every ``explore_every`` decisions."""
-        n, spoiled = rates.num_samples, rates.num_spoiled
+        """The bucket's own decision: explore a mode that lacks samples (until it has spent
+        max_spoiled steps, :meth:`BucketRates.spent`), else the faster mode, re-measuring the
+        other one every ``explore_every`` decisions."""
+        n = rates.num_samples
         for mode in (Author.TARGET, Author.DRAFT):
-            if n[mode] < self.min_samples and spoiled[mode] < self.max_spoiled:
+            if n[mode] < self.min_samples and rates.spent(mode) < self.max_spoiled:
                 return mode
         ex = rates.exploring
-        if ex is not None and n[ex] < rates.explore_until and spoiled[ex] < rates.explore_spoiled_until:
+        if ex is not None and n[ex] < rates.explore_until and rates.spent(ex) < rates.explore_spoiled_until:
             return ex
         rates.exploring = None
         # Unmeasured, its steps spoiled: the draft loses to the target, the baseline.
@@ -153,7 +168,7 @@ class GoodputGovernor:
         if rates.num_decisions % self.explore_every == 0:
             rates.exploring = best.other
             rates.explore_until = n[best.other] + self.min_samples
-            rates.explore_spoiled_until = spoiled[best.other] + self.max_spoiled
+            rates.explore_spoiled_until = rates.spent(best.other) + self.max_spoiled
             return best.other
         return best
 
@@ -166,6 +181,8 @@ class GoodputGovernor:
                             self.num_started[mode.other])
         self.num_running[kind] += 1
         self.num_started[kind] += 1
+        if kind is not None:
+            self.buckets.setdefault(self.bucket(ticket.load), BucketRates()).num_running[kind] += 1
         return ticket
 
     def end(self, ticket: StepTicket, num_tokens: int) -> None:
@@ -174,6 +191,7 @@ class GoodputGovernor:
         self.num_running[kind] -= 1
         if kind is None:
             return
+        self.buckets[self.bucket(ticket.load)].num_running[kind] -= 1
         if ticket.pure and self.num_started[kind.other] == ticket.others_started:
             self.observe(kind, ticket.load, num_tokens, self.clock() - ticket.started)
         else:

@@ -133,7 +133,7 @@ def test_the_budget_is_declared_once_frozen_and_hashable():
 
 def test_every_strategy_declares_its_options_once():
     expected = {
-        "target-only": {}, "draft-only": {}, "arbitrage-oracle": {},
+        "target-only": {"run_tokens": 0}, "draft-only": {"run_tokens": 0}, "arbitrage-oracle": {},
         "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "backoff_tokens": 0,
                        "draft_after_cut": 2},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True,
@@ -182,8 +182,10 @@ def test_options_are_checked_by_name_and_value():
         check_options(lookahead, {"gamma": 2, "min_gamma": 3})
     with pytest.raises(StrategyError, match="strategy 'best-of-n': vote must be 'majority' or 'weighted', got 'maximal'"):
         check_options(get_strategy("best-of-n"), {"vote": "maximal"})
-    with pytest.raises(StrategyError, match="strategy 'target-only' has no option 'gamma'. It takes no options."):
+    with pytest.raises(StrategyError, match="strategy 'target-only' has no option 'gamma'. Its options: run_tokens"):
         check_options(get_strategy("target-only"), {"gamma": 1})
+    with pytest.raises(StrategyError, match="strategy 'arbitrage-oracle' has no option 'gamma'. It takes no options."):
+        check_options(get_strategy("arbitrage-oracle"), {"gamma": 1})
     assert check_options(get_strategy("spec-thinking"), {"cues": "hmm"}).cues == ("hmm",)
     assert check_options(get_strategy("spec-thinking"), {"cues": ["a", "b"]}).cues == ("a", "b")
     t, d = script(*TARGET_STEPS), script(*DRAFT_STEPS)

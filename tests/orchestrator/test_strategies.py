@@ -25,6 +25,19 @@ def test_baselines_cut_steps_and_stop_at_the_answer():
     assert trace.text == "16 - 3 - 4 = 9 eggs are left.\n\n9 * 2 = 18.\n\nThe answer is \\boxed{18}."
 
 
+def test_baselines_with_run_tokens_write_their_steps_in_one_call():
+    """run_tokens: one generation holds the model's steps (each a record, counted as step by
+    step), up to the one with the answer (the line past it dropped)."""
+    stepwise = run(target_only(Q, target=script(*TARGET_STEPS)))
+    engine = ScriptedEngine(continuation=lambda p: "".join(TARGET_STEPS) + "\n\nDone.")
+    trace = run(target_only(Q, target=engine, run_tokens=200))
+    assert trace.text == stepwise.text and trace.answer == "18" and trace.stop_reason == "answer"
+    assert [s.num_target_tokens for s in trace.steps] == [s.num_target_tokens for s in stepwise.steps]
+    assert engine.num_calls == 1 and all(s.author == "target" and not s.backoff for s in trace.steps)
+    with pytest.raises(Exception, match="run_tokens"):
+        run(draft_only(Q, draft=script(*DRAFT_STEPS), run_tokens=-1))
+
+
 def test_specreason_keeps_accepted_drafts_and_regenerates_rejected_ones():
     class SecondStepBad(FixedJudge):
         async def judge(self, candidates):
@@ -311,12 +324,13 @@ def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheap
 
 def test_goodput_governor_bounds_exploration_carries_verdicts_and_restores():
     """A mode whose steps never run pure (a wave's tail) is explored until ``max_spoiled`` of
-    its steps ended impure, then the target, the baseline, writes; a verdict carries to the
-    loads it implies; a governor restored from a snapshot decides as the one that took it."""
+    its steps ended impure (drafting's: or are in flight), then the target, the baseline,
+    writes; a verdict carries to the loads it implies; a governor restored from a snapshot
+    decides as the one that took it."""
     from orchestrator.goodput import GoodputGovernor
     from orchestrator.trace import Author
 
-    g = GoodputGovernor(min_samples=2, max_spoiled=3, explore_every=50)
+    g = GoodputGovernor(min_samples=2, max_spoiled=5, explore_every=50)
     for _ in range(3):
         g.enter()  # bucket 2
     target = [g.begin(g.decide()) for _ in range(2)]
@@ -353,7 +367,7 @@ def test_goodput_governor_bounds_exploration_carries_verdicts_and_restores():
     g.buckets.pop(4)  # without it, drafting wins at 8-15 too, without exploring there
     g.buckets.pop(8)
     assert {g.decide() for _ in range(5)} == {Author.DRAFT}
-    again = GoodputGovernor.restore(g.snapshot(), min_samples=2, max_spoiled=3, explore_every=50)
+    again = GoodputGovernor.restore(g.snapshot(), min_samples=2, max_spoiled=5, explore_every=50)
     assert again.snapshot() == g.snapshot() and again.in_flight == 0
     for _ in range(12):
         again.enter()
@@ -369,7 +383,8 @@ def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_besi
     from orchestrator.trace import Author
 
     now = [0.0]
-    g = GoodputGovernor(min_samples=3, explore_every=100, clock=lambda: now[0])
+    # max_spoiled above the load: the whole wave may draft at once (see the next test for the bound)
+    g = GoodputGovernor(min_samples=3, max_spoiled=50, explore_every=100, clock=lambda: now[0])
     for _ in range(25):
         g.enter()
     openings = [g.begin(Author.TARGET, measured=False) for _ in range(25)]  # as a policy forces them
@@ -405,6 +420,31 @@ def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_besi
         g.end(t, 20)
     assert g.buckets[16].num_samples == {Author.TARGET: 3, Author.DRAFT: 3}
     assert g.num_running == {Author.DRAFT: 0, Author.TARGET: 0, None: 0}
+
+
+def test_goodput_governor_counts_drafted_steps_in_flight_against_exploration():
+    """Exploring drafting spends drafted steps: those in flight count against ``max_spoiled``,
+    so with 25 in flight 8 begin, not one per trace before the first has ended (none of them
+    runs pure beside the target's steps); the target's exploration costs nothing against the
+    baseline and is bounded by its ended steps only."""
+    from orchestrator.goodput import GoodputGovernor
+    from orchestrator.trace import Author
+
+    g = GoodputGovernor(min_samples=2, max_spoiled=8, explore_every=1000)
+    for _ in range(25):
+        g.enter()
+    target = [g.begin(g.decide()) for _ in range(25)]
+    assert {t.mode for t in target} == {Author.TARGET}  # a whole regime: its steps in flight do not bound it
+    for t in target[:10]:
+        g.end(t, 10)  # pure: measured
+    wave = [g.begin(g.decide()) for _ in range(10)]  # the next steps of those 10 traces
+    assert [t.mode for t in wave] == [Author.DRAFT] * 8 + [Author.TARGET] * 2
+    assert g.buckets[16].num_running == {Author.DRAFT: 8, Author.TARGET: 17}
+    for t in target[10:] + wave:
+        g.end(t, 10)  # every one ran beside the other mode's steps: no samples
+    rates = g.buckets[16]
+    assert rates.num_spoiled[Author.DRAFT] == 8 and rates.num_running == {Author.DRAFT: 0, Author.TARGET: 0}
+    assert {g.decide() for _ in range(20)} == {Author.TARGET}  # drafting, unmeasured, explored out: the target
 
 
 def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
