@@ -10,6 +10,7 @@ from judges.base import JudgeError, Verdict
 from judges.exact import ExactJudge
 from strategy_runs import draft_only, target_only
 from orchestrator.budget import Budget
+from orchestrator.driver import StrategyError
 from orchestrator.run import ReasoningError
 from strategy_runs import specreason
 from orchestrator.steps import StepRules
@@ -34,7 +35,7 @@ def test_baselines_with_run_tokens_write_their_steps_in_one_call():
     assert trace.text == stepwise.text and trace.answer == "18" and trace.stop_reason == "answer"
     assert [s.num_target_tokens for s in trace.steps] == [s.num_target_tokens for s in stepwise.steps]
     assert engine.num_calls == 1 and all(s.author == "target" and not s.backoff for s in trace.steps)
-    with pytest.raises(Exception, match="run_tokens"):
+    with pytest.raises(StrategyError, match="strategy 'draft-only': run_tokens must be an integer >= 0, got -1"):
         run(draft_only(Q, draft=script(*DRAFT_STEPS), run_tokens=-1))
 
 
