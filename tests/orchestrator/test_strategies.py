@@ -511,7 +511,8 @@ def test_backing_off_with_backoff_tokens_the_target_writes_its_steps_in_one_call
         return "".join(TARGET_STEPS[n:]) + "\n\nDone."
 
     stepwise, target = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS),
-                                      judge=FixedJudge(True), first_target_steps=0, governor=loaded())), \
+                                      judge=FixedJudge(True), first_target_steps=0, backoff_tokens=0,
+                                      governor=loaded())), \
         ScriptedEngine(continuation=rest)
     at_once = run(specreason(Q, draft=script(*DRAFT_STEPS), target=target, judge=FixedJudge(True),
                              first_target_steps=0, backoff_tokens=200, governor=loaded()))
@@ -520,6 +521,28 @@ def test_backing_off_with_backoff_tokens_the_target_writes_its_steps_in_one_call
     assert target.num_calls == 1 and at_once.answer == "18" and at_once.stop_reason == "answer"
     assert [s.num_target_tokens for s in at_once.steps] == [s.num_target_tokens for s in stepwise.steps]
     assert at_once.num_backoff_steps == 3
+
+
+def test_under_load_the_default_specreason_is_target_only_in_one_generation():
+    """The defaults (backoff_tokens 640, the drafted opening): where the governor gives a trace's
+    first step to the target, the target writes the whole trace in one call, as target-only
+    writes alone; the draft writes nothing. Alone, it drafts."""
+    from orchestrator.goodput import GoodputGovernor
+
+    def rest(prompt: str) -> str:
+        n = prompt.split("<|assistant|>")[-1].count("\n\n")
+        return "".join(TARGET_STEPS[n:])
+
+    loaded = GoodputGovernor()
+    for _ in range(7):
+        loaded.enter()  # with this problem, 8 in flight: nothing measured, the target explores first
+    target, draft = ScriptedEngine(continuation=rest), script(*DRAFT_STEPS)
+    trace = run(specreason(Q, draft=draft, target=target, judge=FixedJudge(True), governor=loaded))
+    assert trace.text == "\n\n".join(s.strip() for s in TARGET_STEPS) and trace.answer == "18"
+    assert target.num_calls == 1 and draft.num_calls == 0 and trace.num_backoff_steps == 3
+    alone = run(specreason(Q, draft=script(*DRAFT_STEPS), target=ScriptedEngine(continuation=rest),
+                           judge=FixedJudge(True), governor=GoodputGovernor()))
+    assert alone.num_backoff_steps == 0 and alone.steps[0].author == "draft"
 
 
 def test_a_reasoner_starts_only_the_engines_its_strategy_uses():

@@ -196,10 +196,10 @@ def test_reasoner_solves_one_and_many_problems_concurrently():
     log = []
     steps_of = {"A": ("a1\n\n", "\\boxed{1}"), "B": ("b1\n\n", "b2\n\n", "\\boxed{2}")}
 
-    def continuation(prompt):
+    def continuation(prompt):  # the rest of the solution (a step per call: the delimiter stops it)
         key = "A" if "question A" in prompt else "B"
         steps = steps_of[key]
-        return steps[min(prompt.split("<|assistant|>")[-1].count("\n\n"), len(steps) - 1)]
+        return "".join(steps[min(prompt.split("<|assistant|>")[-1].count("\n\n"), len(steps) - 1):])
 
     target = Timeline("target", log, 0.01, continuation=continuation)
     draft = Timeline("draft", log, 0.01, continuation=continuation)

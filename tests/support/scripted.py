@@ -66,8 +66,9 @@ def engines():
     """The target is always right; the draft is wrong on odd problems; the judge (on the
     target) scores a drafted step 9 when its boxed number is right, else 0."""
 
-    def target(prompt):
-        return "\\boxed{%d}" % (question_number(prompt) + 10) if "Add ten." in prompt else "Add ten.\n\n"
+    def target(prompt):  # the rest of its solution: a step per call, all of it in one generation
+        answer = "\\boxed{%d}" % (question_number(prompt) + 10)
+        return answer if "Add ten." in prompt else "Add ten.\n\n" + answer
 
     def draft(prompt):
         n = question_number(prompt)

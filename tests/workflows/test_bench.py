@@ -9,6 +9,7 @@ import sys
 import pytest
 from pydantic import BaseModel
 
+from engine.models import BUNDLED_DRAFT
 from fake_engine import ScriptedEngine
 from scripted import engines, write_problems
 from workflows.eval.bench import BenchSpec
@@ -754,12 +755,12 @@ def test_each_arm_runs_on_the_target_engine_its_strategy_asks_for():
                      strategy_options={"sr-aligned": {"strategy": "specreason", "draft": "/models/my-draft-aligned"},
                                        "target-only": {"target_spec": "suffix"}})
     configs, roles = spec.arm_engines()
-    assert set(configs) == {"target", "draft (qwen2.5-coder-0.5b)", "draft (my-draft-aligned)"}
+    assert set(configs) == {"target", f"draft ({BUNDLED_DRAFT})", "draft (my-draft-aligned)"}
     assert roles["sr-aligned"] == ("target", "draft (my-draft-aligned)")
-    assert roles["specreason"] == ("target", "draft (qwen2.5-coder-0.5b)")
+    assert roles["specreason"] == ("target", f"draft ({BUNDLED_DRAFT})")
     # two targets with the draft model inside, each a different draft: named by the draft inside
     spec = BenchSpec(strategies=("target-only", "to-aligned"),
                      strategy_options={"to-aligned": {"strategy": "target-only", "draft": "/models/my-draft-aligned"}})
     configs, roles = spec.arm_engines()
     assert roles["to-aligned"][0] == "target (draft: my-draft-aligned)"
-    assert roles["target-only"][0] == "target (draft: qwen2.5-coder-0.5b)"
+    assert roles["target-only"][0] == f"target (draft: {BUNDLED_DRAFT})"

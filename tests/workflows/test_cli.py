@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.models import BUNDLED_DRAFT
 from workflows.eval.datasets import DatasetError, load_problems
 
 
@@ -255,15 +256,19 @@ def _bench_config(args, monkeypatch):
 def test_the_speed_config_is_the_default_against_target_only_and_the_ceiling_at_default_engine_settings(
         tmp_path, monkeypatch):
     """`make bench` (benchmarks/runs/speed.yaml) up to the engines: the default specreason beside target-only and draft-only
-    (the pair's ceiling), in both modes, every engine setting at its default; under load also
-    target-only on specreason's target (suffix decoding), the faster target in a batch."""
+    (the pair's ceiling), each at its fastest (one generation, no call per step), in both modes, every
+    engine setting at its default (the default draft); under load also target-only on specreason's
+    target (suffix decoding), the faster target in a batch."""
     from engine.config import EnginePair
 
     (args,) = _config_runs(tmp_path, "speed").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
                     "draft-only": ("draft-only", None), "to-suffix": ("target-only", None)}
-    assert config["strategy_options"] == {"to-suffix": {"strategy": "target-only", "target_spec": "suffix"}}
+    assert config["strategy_options"] == {"target-only": {"run_tokens": 640}, "draft-only": {"run_tokens": 640},
+                                          "to-suffix": {"strategy": "target-only", "target_spec": "suffix",
+                                                        "run_tokens": 640}}
+    assert config["draft"] == BUNDLED_DRAFT  # the default draft
     assert config["modes"] == ["throughput", "latency"] and config["latency_limit"] == 30
     assert config["limit"] == 100 and config["throughput_wave"] == 25
     assert config["latency_strategies"] == ["target-only", "specreason", "draft-only"]
@@ -274,9 +279,10 @@ def test_the_speed_config_is_the_default_against_target_only_and_the_ceiling_at_
 
 
 def test_the_aligned_config_runs_specreason_with_each_draft_on_three_engines(tmp_path, monkeypatch):
-    """benchmarks/runs/aligned.yaml up to the engines: specreason with the unaligned and the aligned
-    draft, the governor off in both, against target-only, every target on suffix decoding, so
-    the run needs three engines (one target, two drafts)."""
+    """benchmarks/runs/aligned.yaml up to the engines: specreason with the unaligned draft (named: the
+    default is the aligned one now) and the aligned draft, the governor off in both, against
+    target-only, every target on suffix decoding, so the run needs three engines (one target, two
+    drafts)."""
     import workflows.eval.bench as bench
 
     (args,) = _config_runs(tmp_path, "aligned").values()

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from engine.models import BUNDLED_DRAFT_BASE
 from engine.speculation import TokenMethod
 from orchestrator.config import ReasonerConfig, RunSettings
 from workflows.eval.training_problems import DEFAULT_GENERATORS, GENERATORS
@@ -22,6 +23,8 @@ class AlignSpec(RunSettings):
     """``stepspec draft align``'s settings: the engine pair and budget of the target's
     solutions (:class:`orchestrator.config.RunSettings`), and the stages' own."""
 
+    draft: str | None = Field(BUNDLED_DRAFT_BASE, description="The draft to align: preset, local path or hub id "
+                              "(default: the base the bundled draft was aligned from).")
     name: str | None = Field(None, description="Name of the aligned draft (a model preset once made); default: "
                              "the draft's name with '-aligned'.")
     # Under load the target decodes fastest with suffix decoding (gsm8k100_speed_2026-12-03_cpu).
