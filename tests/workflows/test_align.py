@@ -156,6 +156,16 @@ def test_draft_align_help_documents_the_stages_and_a_bad_setting_is_one_clear_er
     assert not (tmp_path / "a").exists()
 
 
+def test_draft_align_aligns_the_bundled_drafts_base_by_default():
+    """The default draft is the aligned one; `stepspec draft align` aligns what it came from (the
+    bundled pair, as its committed run did), not the aligned draft again."""
+    from engine.models import BUNDLED_DRAFT, PRESETS
+    from workflows.align.spec import AlignSpec
+
+    assert AlignSpec().draft == PRESETS[BUNDLED_DRAFT].base == "qwen2.5-coder-0.5b" != BUNDLED_DRAFT
+    assert AlignSpec(draft="my/draft").draft == "my/draft"
+
+
 def test_an_adapter_preset_is_checked_merged_into_its_base_and_listed(tmp_path, tiny_model_path, monkeypatch):
     """What `make setup` does for the aligned draft: the committed adapter's sha256 is checked,
     then it is merged into its base; a changed adapter file is refused, naming the fix."""

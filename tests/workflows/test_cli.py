@@ -258,7 +258,7 @@ def test_the_speed_config_is_the_default_against_target_only_and_the_ceiling_at_
     """`make bench` (benchmarks/runs/speed.yaml) up to the engines: the default specreason beside target-only and draft-only
     (the pair's ceiling), each at its fastest (one generation, no call per step), in both modes, every
     engine setting at its default (the default draft); under load also target-only on specreason's
-    target (suffix decoding), the faster target in a batch."""
+    target (suffix decoding)."""
     from engine.config import EnginePair
 
     (args,) = _config_runs(tmp_path, "speed").values()

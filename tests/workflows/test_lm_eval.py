@@ -40,7 +40,8 @@ def test_the_harness_scores_a_specreason_reasoner(tmp_path):
 
     # draft: right on even questions; the target's judge rejects its wrong answers and the target fixes them
     target = ScriptedEngine(
-        "target", continuation=lambda p: ("Add ten.\n\n" if "Add ten." not in p else "") + "\\boxed{%d}" % (number(p) + 10),
+        "target",  # the rest of its solution: a step per call, all of it in one generation
+        continuation=lambda p: ("" if "Add ten." in p else "Add ten.\n\n") + "\\boxed{%d}" % (number(p) + 10),
         next_token=lambda p: [("9", 0.0)] if "\\boxed{%d}" % (number(p) + 10) in p or "\\boxed" not in p else [("0", 0.0)])
     draft = ScriptedEngine(
         "draft", continuation=lambda p: "Add ten.\n\n" if "Add ten." not in p else "\\boxed{%d}" % (number(p) + 10 + number(p) % 2))
