@@ -31,10 +31,7 @@ class OneModel(Policy):
     options: OneModelOptions
 
     async def step(self, run: TraceRun) -> None:
-        if self.options.run_tokens:
-            await run.write_run(self.author, self.options.run_tokens)
-        else:
-            run.keep(self.author, await run.write(self.author))
+        await run.write_on(self.author, self.options.run_tokens)
 
 
 @strategy("target-only", OneModelOptions, needs_draft=False)

@@ -168,10 +168,7 @@ async def _drive(policy: Policy, question: str, engines: Mapping[str, Engine | N
             # goodput: where drafting does not pay at this load, the target writes the step
             if turn is not Turn.UNGOVERNED and turn is not Turn.OPENING and run.decide(
                     sample=turn is Turn.GOVERNED) is Author.TARGET:
-                if backoff_tokens:
-                    await run.write_run(Author.TARGET, backoff_tokens, backoff=True)
-                else:
-                    run.keep(Author.TARGET, await run.write(Author.TARGET), backoff=True)
+                await run.write_on(Author.TARGET, backoff_tokens, backoff=True)
                 continue
             if turn is Turn.OPENING:
                 run.decide(forced=Author.TARGET)  # counted as running, neither picked nor timed

@@ -191,11 +191,12 @@ class GoodputGovernor:
         self.num_running[kind] -= 1
         if kind is None:
             return
-        self.buckets[self.bucket(ticket.load)].num_running[kind] -= 1
+        rates = self.buckets[self.bucket(ticket.load)]  # begin made it
+        rates.num_running[kind] -= 1
         if ticket.pure and self.num_started[kind.other] == ticket.others_started:
             self.observe(kind, ticket.load, num_tokens, self.clock() - ticket.started)
         else:
-            self.buckets.setdefault(self.bucket(ticket.load), BucketRates()).num_spoiled[kind] += 1
+            rates.num_spoiled[kind] += 1
 
     def snapshot(self) -> dict:
         """What it measured and decided, for a results file: per load bucket, each mode's

@@ -284,6 +284,15 @@ class TraceRun:
             if self.stop_reason() is not None:
                 return
 
+    async def write_on(self, author: Author, run_tokens: int, **fields: Any) -> None:
+        """``author`` writes the trace's next step(s) and keeps them (``fields``: each record's):
+        with ``run_tokens``, up to that many tokens in one generation (:meth:`write_run`);
+        with 0, one step in one call."""
+        if run_tokens:
+            await self.write_run(author, run_tokens, **fields)
+        else:
+            self.keep(author, await self.write(author), **fields)
+
     def keep(self, author: Author, step: GeneratedStep, **fields: Any) -> None:
         """Add ``step``, written by ``author``, to the trace (``fields``: a verdict's)."""
         self.add(written_step(len(self.steps), author, step, **fields), step.ends)
