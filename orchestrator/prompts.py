@@ -71,6 +71,12 @@ def question_tools(question: str) -> list[dict[str, Any]] | None:
     return [dict(t) for t in question.tools] if isinstance(question, Chat) and question.tools else None
 
 
+def answers_tool_result(question: str) -> bool:
+    """Whether the trace is an agent's turn after a tool's result (a :class:`Chat` whose last
+    message is the tool's): the turn that decides between another call and the answer."""
+    return isinstance(question, Chat) and question.messages[-1].get("role") == "tool"
+
+
 def message_text(message: Mapping[str, Any]) -> str:
     """A chat message as text: its content, then its tool calls as their JSON."""
     calls = [json.dumps(c.get("function", c)) for c in message.get("tool_calls") or ()]

@@ -8,6 +8,10 @@ steps are written by the target outright (default 2: the opening and the plan; w
 :class:`orchestrator.driver.TargetOpening`); with ``draft_opening`` the draft writes the
 first (the opening sentence, judged as any drafted step) and the target the plan. (How
 these defaults were chosen, on problems other than the reported ones: benchmarks/README.md.)
+In an agent's turn after a tool's result the target writes the opening too: that step
+decides between another call and the answer, and a drafted one the target finds
+plausible ("To generate the response for the given function call, ...") leads the turn
+to call the same tool again instead of answering.
 
 Worked example, threshold 7: the draft writes "16 - 3 = 13 eggs." and the
 target scores it 8.4: kept, author "draft". The draft writes "13 - 4 = 8
@@ -42,6 +46,7 @@ from pydantic import Field
 from engine.speculation import TokenMethod
 from judges.base import Judge, JudgeError
 from orchestrator.driver import Policy, StepBackoff, TargetOpening, Turn
+from orchestrator.prompts import answers_tool_result
 from orchestrator.registry import strategy
 from orchestrator.run import TraceRun, draft_logprobs, judged_fields
 from orchestrator.trace import Author, StepRecord
@@ -52,7 +57,7 @@ class SpecReasonOptions(StepBackoff, TargetOpening):
 
     draft_opening: bool = Field(True, description="the draft writes the first step (the opening sentence), "
                                 "judged as any drafted step; the target writes the rest of its first_target_steps "
-                                "(the plan)")
+                                "(the plan); not in an agent's turn after a tool's result, which the target opens")
 
     draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target writes only its own "
                                  "token at the cut and the draft drafts on from there (judged again), up to this "
@@ -71,7 +76,8 @@ class SpecReason(Policy):
 
     def turn(self, run: TraceRun) -> Turn:
         done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
-        if done < self.options.first_target_steps and not (self.options.draft_opening and done == 0):
+        drafts_opening = self.options.draft_opening and not answers_tool_result(run.question)
+        if done < self.options.first_target_steps and not (drafts_opening and done == 0):
             return Turn.OPENING
         return Turn.GOVERNED if done else Turn.UNTIMED  # the first step carries the question's prefill
 

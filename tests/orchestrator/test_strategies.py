@@ -11,6 +11,7 @@ from judges.exact import ExactJudge
 from strategy_runs import draft_only, target_only
 from orchestrator.budget import Budget
 from orchestrator.driver import StrategyError
+from orchestrator.prompts import Chat
 from orchestrator.run import ReasoningError
 from strategy_runs import specreason
 from orchestrator.steps import StepRules
@@ -71,6 +72,21 @@ def test_first_steps_by_the_target_and_budgets():
     endless = ScriptedEngine(continuation=lambda p: f"step {p.count('step')}\n\n")
     capped = run(target_only(Q, target=endless, budget=Budget(max_steps=3)))
     assert capped.stop_reason == "max_steps" and len(capped.steps) == 3 and capped.answer is None
+
+
+def test_an_agents_turn_after_a_tools_result_opens_with_the_target():
+    """draft_opening drafts a question's opening (and an agent's first turn), but after a tool's
+    result the target writes the opening: it decides between another call and the answer."""
+    asked = [{"role": "user", "content": Q}]
+    answered = [*asked, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "eggs", "arguments": {"day": 1}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "16"}]
+    authors = {}
+    for name, messages in (("first turn", asked), ("after the result", answered)):
+        trace = run(specreason(Chat(Q, messages), draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS),
+                               judge=FixedJudge(True), first_target_steps=2, draft_opening=True))
+        authors[name] = [s.author for s in trace.steps]
+    assert authors == {"first turn": ["draft", "target", "draft"], "after the result": ["target", "target", "draft"]}
 
 
 def test_repetition_guard_stops_a_loop():

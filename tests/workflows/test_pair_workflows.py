@@ -141,8 +141,9 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
 
 
 def agent_uses_the_tools_through_the_server(url: str) -> None:
-    """The OpenAI Agents SDK's loop on the pair behind `stepspec serve`: the pair's call comes
-    back as tool_calls, the SDK runs the tool and sends its result, the pair answers with it."""
+    """The README's OpenAI Agents SDK example on the pair behind `stepspec serve`: the pair's call
+    comes back as tool_calls, the SDK runs the tool and sends its result, and the pair answers
+    with it (the turn after the result opens with the target, not with a call again)."""
     import agents
     from openai import AsyncOpenAI
 
@@ -158,7 +159,7 @@ def agent_uses_the_tools_through_the_server(url: str) -> None:
     model = agents.OpenAIChatCompletionsModel(
         model="stepspec", openai_client=AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0))
     agent = agents.Agent(name="math", tools=[multiply], model=model)
-    result = asyncio.run(agents.Runner.run(agent, "What is 1234 times 5678? Use the multiply tool.", max_turns=4))
+    result = asyncio.run(agents.Runner.run(agent, "What is 1234 times 5678?", max_turns=4))
     assert called == [(1234, 5678)]
     assert "7006652" in result.final_output.replace(",", "")
 
