@@ -79,7 +79,7 @@ def test_align_end_to_end_on_a_tiny_draft_resumes_and_is_usable_by_name(tmp_path
     pytest.importorskip("peft", reason="LoRA training needs peft (stepspec[models])")
     from engine.models import local_models, resolve_model
     from workflows.align import align
-    from workflows.align.spec import AlignFiles, AlignSpec
+    from workflows.align.spec import AlignError, AlignFiles, AlignSpec
 
     monkeypatch.setenv("STEPSPEC_CACHE_DIR", str(tmp_path / "cache"))
     work = tmp_path / "work"
@@ -137,6 +137,14 @@ def test_align_end_to_end_on_a_tiny_draft_resumes_and_is_usable_by_name(tmp_path
     card = (tmp_path / "cache" / "tiny-aligned" / "README.md").read_text()
     assert path == out["model"] and "stepspec draft align --test" in card
     assert re.search(r"\| after \| [0-9.]+ \| [0-9.]+ \|", card)
+
+    # another alignment under the same name is refused before its first stage (it would replace
+    # this model, as aligning the bundled pair again would replace the default draft); the same
+    # folder's run again is not
+    with pytest.raises(AlignError, match=r"already holds 'tiny-aligned' .*--name tiny-aligned-2"):
+        align(spec, tmp_path / "other", command="test", until="merge", engines=(target, None))
+    assert not (tmp_path / "other" / "problems.jsonl").exists()
+    assert align(spec, work, command="test", until="merge", engines=(target, None))["model"] == path
 
 
 def test_draft_align_help_documents_the_stages_and_a_bad_setting_is_one_clear_error(tmp_path):

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 from common.files import atomic_write_json, resume_record
 from engine.protocol import Engine
 from workflows.align.data import Progress, make_problems, quiet, write_solutions
-from workflows.align.merge import export, merge
+from workflows.align.merge import check_name_free, export, merge
 from workflows.align.spec import AlignError, AlignFiles, AlignSpec
 from workflows.align.train import train
 from workflows.eval.rundir import git_hash, hardware
@@ -39,6 +39,8 @@ def align(spec: AlignSpec, out_dir: str | Path, *, command: str, until: str = "m
         raise AlignError(f"unknown stage '{until}'; choose one of {', '.join(STAGES)}")
     files = AlignFiles(Path(out_dir))
     info = resume_record(files.config, spec, error=AlignError, what="an alignment")
+    if until == "merge":
+        check_name_free(spec, files)
     files.directory.mkdir(parents=True, exist_ok=True)
     session = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "until": until,
                "git_hash": git_hash(), "hardware": hardware()}

@@ -61,6 +61,26 @@ learning rate {spec.learning_rate}; {ev['dtype']} on {ev['device']} ({ev['cpu']}
 """
 
 
+def check_name_free(spec: AlignSpec, files: AlignFiles) -> None:
+    """Refuse, before any stage runs, to merge over a model of the same name that another
+    alignment (or ``stepspec models prepare``: the bundled aligned draft, the default draft)
+    put in the cache; this folder's own model, or one of the same adapter, is not in the way."""
+    out = cache_dir() / spec.aligned_name
+    stamp = out / "stepspec-model.json"
+    if not stamp.is_file():
+        return
+    made = json.loads(stamp.read_text())
+    if made.get("aligned_in") == str(files.directory.resolve()):
+        return
+    adapter = files.adapter / "adapter_model.safetensors"
+    if adapter.is_file() and made.get("sha256") == file_sha256(adapter):
+        return
+    raise AlignError(f"the model cache already holds '{spec.aligned_name}' ({out}, made from "
+                     f"{made.get('source') or made.get('description') or 'elsewhere'}), and this alignment would "
+                     f"replace it; name yours with --name (e.g. --name {spec.aligned_name}-2), or delete {out} "
+                     "to replace it")
+
+
 def merge(spec: AlignSpec, files: AlignFiles, command: str) -> Path:
     """The merged model in the cache (made again if the adapter changed); returns its folder."""
     if not files.adapter.is_dir():
@@ -74,6 +94,7 @@ def merge(spec: AlignSpec, files: AlignFiles, command: str) -> Path:
         return out
     return merge_adapter(resolve_model(str(spec.draft)), files.adapter, out, card=card,
                          stamp={"preset": spec.aligned_name, "kind": LOCAL, "sha256": sha, "base": spec.draft,
+                                "aligned_in": str(files.directory.resolve()),
                                 "role": "draft", "description": f"{spec.draft} aligned to {spec.target} "
                                 f"(LoRA; stepspec draft align, {files.directory})"})
 
