@@ -261,7 +261,7 @@ def test_validate_command_rejects_a_duplicate_key_and_a_misspelt_strategy(tmp_pa
     path = tmp_path / "wf.yaml"
     path.write_text(BLOCK)
     ok = CliRunner().invoke(app, ["validate", str(path)])
-    assert ok.exit_code == 0 and f"{path}: valid" in " ".join(ok.output.split()), ok.output  # as wrapped
+    assert ok.exit_code == 0 and f"{path}:valid" in "".join(ok.output.split()), ok.output  # wrapped anywhere
     for text, where, says in [
         (BLOCK.replace("      threshold: 6\n", "      threshold: 6\n      threshold: 8\n"), f"{path}:12",
          f"duplicate key 'threshold': it is given at {path}:11 and again at {path}:12"),
