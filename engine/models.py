@@ -42,7 +42,7 @@ from common.names import did_you_mean
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = "STEPSPEC_CACHE_DIR"
-_STAMP = "stepspec-model.json"
+STAMP = "stepspec-model.json"  # a prepared or made model folder's record of what it holds
 
 
 class ModelError(RuntimeError):
@@ -194,7 +194,7 @@ def local_models() -> dict[str, dict]:
     """Models made on this machine and kept in the cache (name -> their stamp): usable by
     name like presets."""
     root, out = cache_dir(), {}
-    for stamp in sorted(root.glob(f"*/{_STAMP}")) if root.is_dir() else ():
+    for stamp in sorted(root.glob(f"*/{STAMP}")) if root.is_dir() else ():
         try:
             info = json.loads(stamp.read_text())
         except (OSError, ValueError):
@@ -254,7 +254,7 @@ def is_prepared(name: str) -> bool:
     preset = get_preset(name)
     if isinstance(preset, FolderPreset):
         return _import_part(preset.module) is not None
-    stamp = prepared_path(preset.name) / _STAMP
+    stamp = prepared_path(preset.name) / STAMP
     if not stamp.is_file():
         return False
     try:
@@ -318,7 +318,7 @@ def merge_adapter(base: str | Path, adapter: str | Path, out: Path, *, stamp: di
         AutoTokenizer.from_pretrained(str(base)).save_pretrained(work / "model")
         if card is not None:
             (work / "model" / "README.md").write_text(card)
-        (work / "model" / _STAMP).write_text(json.dumps(dict(stamp, dtype="float32"), indent=2))
+        (work / "model" / STAMP).write_text(json.dumps(dict(stamp, dtype="float32"), indent=2))
         if out.exists():
             shutil.rmtree(out)
         os.replace(work / "model", out)
@@ -393,7 +393,7 @@ def prepare(name: str, force: bool = False, on_progress: PrepareProgress | None 
         on_progress(f"{preset.name}: converting to safetensors (float32)", 0, None)
         _convert_gguf(gguf, out)
         gguf.unlink()
-        (out / _STAMP).write_text(
+        (out / STAMP).write_text(
             json.dumps(
                 {
                     "preset": preset.name,

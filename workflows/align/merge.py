@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.models import LOCAL, cache_dir, file_sha256, merge_adapter, resolve_model
+from engine.models import LOCAL, STAMP, cache_dir, file_sha256, merge_adapter, resolve_model
 from workflows.align.spec import AlignError, AlignFiles, AlignSpec
 
 
@@ -61,15 +61,21 @@ learning rate {spec.learning_rate}; {ev['dtype']} on {ev['device']} ({ev['cpu']}
 """
 
 
+def cached_model(spec: AlignSpec) -> tuple[Path, dict[str, Any] | None]:
+    """The cache folder under the aligned draft's name, and the stamp of the model there (None:
+    none made yet)."""
+    out = cache_dir() / spec.aligned_name
+    stamp = out / STAMP
+    return out, json.loads(stamp.read_text()) if stamp.is_file() else None
+
+
 def check_name_free(spec: AlignSpec, files: AlignFiles) -> None:
     """Refuse, before any stage runs, to merge over a model of the same name that another
     alignment (or ``stepspec models prepare``: the bundled aligned draft, the default draft)
     put in the cache; this folder's own model, or one of the same adapter, is not in the way."""
-    out = cache_dir() / spec.aligned_name
-    stamp = out / "stepspec-model.json"
-    if not stamp.is_file():
+    out, made = cached_model(spec)
+    if made is None:
         return
-    made = json.loads(stamp.read_text())
     if made.get("aligned_in") == str(files.directory.resolve()):
         return
     adapter = files.adapter / "adapter_model.safetensors"
@@ -88,9 +94,8 @@ def merge(spec: AlignSpec, files: AlignFiles, command: str) -> Path:
     card = model_card(spec, files, command)
     (files / "MODEL_CARD.md").write_text(card)
     sha = file_sha256(files.adapter / "adapter_model.safetensors")
-    out = cache_dir() / spec.aligned_name
-    stamp = out / "stepspec-model.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("sha256") == sha:
+    out, made = cached_model(spec)
+    if made is not None and made.get("sha256") == sha:
         return out
     return merge_adapter(resolve_model(str(spec.draft)), files.adapter, out, card=card,
                          stamp={"preset": spec.aligned_name, "kind": LOCAL, "sha256": sha, "base": spec.draft,
