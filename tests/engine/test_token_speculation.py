@@ -85,6 +85,34 @@ def test_model_as_its_own_draft_accepts_everything(tiny_model_path, runner, refe
     assert delta.num_accepted_tokens_per_pos == [delta.num_drafts] * 3
 
 
+def test_a_request_a_stop_string_ends_reports_its_counters(tiny_model_path, runner):
+    # vLLM finds stop strings in the front end and aborts the request in the core, which sent
+    # counters only with a request it finished itself (engine/stop_string_metrics.py).
+    config = speculative_config("draft", draft_model=str(tiny_model_path), num_speculative_tokens=3)
+    engine = tiny_engine(tiny_model_path, name="self-draft-stop", speculative_config=config)
+    runner.run(engine.start())
+    try:
+        [whole] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], SamplingSpec(max_tokens=MAX_TOKENS))]))
+        text = whole.completion.text
+        stop = text[len(text) // 2:len(text) // 2 + 6]
+        before = engine.stats().spec_decoding
+        [stopped] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], SamplingSpec(max_tokens=MAX_TOKENS,
+                                                                                           stop=(stop,)))]))
+        delta = engine.stats().spec_decoding.minus(before)
+    finally:
+        runner.run(engine.close())
+    c = stopped.completion
+    assert c.stop_string == stop and c.num_output_tokens < MAX_TOKENS
+    counters = c.spec_decoding
+    assert counters is not None and counters.num_drafts > 0
+    # every drafted token is accepted (the model drafts for itself): a pass writes 3 + 1 tokens,
+    # the first token comes from the prefill, and the last pass wrote at least the stop string's end
+    assert counters.num_accepted_tokens == counters.num_draft_tokens == 3 * counters.num_drafts
+    assert (c.num_output_tokens - 1) / 4 <= counters.num_drafts <= (c.num_output_tokens - 1) / 4 + 2
+    # the engine saw these passes (and perhaps one more, run before the abort reached the core)
+    assert counters.num_drafts <= delta.num_drafts <= counters.num_drafts + 1
+
+
 def test_unknown_speculation_method_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown speculation method 'medusa2'"):
         speculative_config("medusa2")
