@@ -28,6 +28,7 @@ into a :class:`StrategyError` naming it.
 
 from __future__ import annotations
 
+import asyncio
 from enum import StrEnum
 from typing import Any, Callable, ClassVar, Mapping, Self
 
@@ -163,6 +164,9 @@ async def _drive(policy: Policy, question: str, engines: Mapping[str, Engine | N
                    on_step, governor)
     try:
         await run.open()
+        # Problems given together (solve_many, a wave) have each entered the governor before
+        # any decides: the first one's first step is decided at their load, not alone.
+        await asyncio.sleep(0)
         while (stop := run.stop_reason()) is None:
             turn = policy.turn(run)
             # goodput: where drafting does not pay at this load, the target writes the step

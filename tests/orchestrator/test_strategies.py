@@ -507,6 +507,25 @@ def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     reasoner.close()
 
 
+def test_problems_given_together_are_in_flight_from_their_first_decision():
+    """solve_many's problems start together: the first one's first step is decided at their
+    load, not alone (where the draft always drafts) before the others have entered."""
+    from orchestrator.reasoner import Reasoner
+    from orchestrator.trace import Author
+
+    draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
+    draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
+    reasoner = Reasoner(target, draft, strategy="specreason", max_concurrency=8, first_target_steps=0,
+                        judge=FixedJudge(True))
+    for _ in range(reasoner.governor.min_samples):  # measured at 8 in flight: drafting costs 10x more per token
+        reasoner.governor.observe(Author.DRAFT, 8, 10, 10.0)
+        reasoner.governor.observe(Author.TARGET, 8, 10, 1.0)
+    solutions = reasoner.solve_many([Q] * 8)
+    assert [[s.author for s in sol.trace.steps if not s.backoff] for sol in solutions] == [[]] * 8
+    assert reasoner.governor.num_decisions[Author.DRAFT] == 0
+    reasoner.close()
+
+
 def test_backing_off_with_backoff_tokens_the_target_writes_its_steps_in_one_call():
     """backoff_tokens: where drafting does not pay, one generation holds the target's next
     steps (each a record of its own, counted), up to the one that ends the trace."""
