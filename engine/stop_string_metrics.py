@@ -13,7 +13,8 @@ trace whose target wrote 115 tokens in 13 calls with the 0.5B drafting inside it
 
 The fix. In the engine core process (``vllm.general_plugins`` entry point),
 ``Scheduler.update_from_output`` is wrapped: each output of a request the core has not
-finished carries a copy of the request's counters so far. The front end already keeps
+finished and that a stop string may end carries a copy of the request's counters so far
+(a request without stop strings is always finished by the core). The front end already keeps
 the latest counters it was sent and reports them with the completion, so a request a
 stop string ends reports its counters up to that output (the tokens past the stop string
 in the same pass included). A request the core finishes carries its final counters, as
@@ -40,7 +41,8 @@ def counters_so_far(metrics: Any) -> Any:
 
 
 def with_running_counters(update_from_output):
-    """``Scheduler.update_from_output``, with each running request's counters on its output."""
+    """``Scheduler.update_from_output``, with the counters of each running request that has
+    stop strings on its output."""
 
     @functools.wraps(update_from_output)
     def wrapped(self, scheduler_output, model_runner_output):
@@ -50,7 +52,8 @@ def with_running_counters(update_from_output):
                 if out.spec_decode_metrics is not None:  # finished by the core: its final counters
                     continue
                 request = self.requests.get(out.request_id)
-                if request is not None and request.spec_decode_metrics is not None:
+                if (request is not None and request.spec_decode_metrics is not None
+                        and request.sampling_params is not None and request.sampling_params.stop):
                     out.spec_decode_metrics = counters_so_far(request.spec_decode_metrics)
         return outputs
 
