@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "STEPSPEC_CACHE_DIR"
 STAMP = "stepspec-model.json"  # a prepared or made model folder's record of what it holds
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # a LoRA adapter folder's weights (peft's name)
 
 
 class ModelError(RuntimeError):
@@ -96,7 +97,7 @@ class AdapterPreset:
     name: str
     description: str
     base: str  # the model it adapts: a preset (or a local folder)
-    sha256: str  # of adapter_model.safetensors
+    sha256: str  # of its ADAPTER_WEIGHTS
     role: str  # "draft"
 
     folder_override: Path | None = None  # where the adapter is, if not engine/adapters/<name>
@@ -339,7 +340,7 @@ def _prepare_adapter(preset: AdapterPreset, force: bool, on_progress: PreparePro
     final = prepared_path(preset.name)
     if is_prepared(preset.name) and not force:
         return final
-    weights = preset.folder / "adapter_model.safetensors"
+    weights = preset.folder / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"model '{preset.name}': {weights} is missing; {preset.install_hint()}")
     if (got := file_sha256(weights)) != preset.sha256:

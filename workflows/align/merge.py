@@ -14,7 +14,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.models import LOCAL, STAMP, cache_dir, file_sha256, merge_adapter, resolve_model
+from engine.models import (
+    ADAPTER_WEIGHTS,
+    LOCAL,
+    STAMP,
+    cache_dir,
+    file_sha256,
+    merge_adapter,
+    resolve_model,
+)
 from workflows.align.spec import AlignError, AlignFiles, AlignSpec
 
 
@@ -69,6 +77,11 @@ def cached_model(spec: AlignSpec) -> tuple[Path, dict[str, Any] | None]:
     return out, json.loads(stamp.read_text()) if stamp.is_file() else None
 
 
+def aligned_in(files: AlignFiles) -> str:
+    """What a merged model's stamp records as the alignment folder it came from."""
+    return str(files.directory.resolve())
+
+
 def check_name_free(spec: AlignSpec, files: AlignFiles) -> None:
     """Refuse, before any stage runs, to merge over a model of the same name that another
     alignment (or ``stepspec models prepare``: the bundled aligned draft, the default draft)
@@ -76,9 +89,9 @@ def check_name_free(spec: AlignSpec, files: AlignFiles) -> None:
     out, made = cached_model(spec)
     if made is None:
         return
-    if made.get("aligned_in") == str(files.directory.resolve()):
+    if made.get("aligned_in") == aligned_in(files):
         return
-    adapter = files.adapter / "adapter_model.safetensors"
+    adapter = files.adapter / ADAPTER_WEIGHTS
     if adapter.is_file() and made.get("sha256") == file_sha256(adapter):
         return
     raise AlignError(f"the model cache already holds '{spec.aligned_name}' ({out}, made from "
@@ -93,13 +106,13 @@ def merge(spec: AlignSpec, files: AlignFiles, command: str) -> Path:
         raise AlignError(f"{files.adapter} is missing: the training stage has not finished; run the command again")
     card = model_card(spec, files, command)
     (files / "MODEL_CARD.md").write_text(card)
-    sha = file_sha256(files.adapter / "adapter_model.safetensors")
+    sha = file_sha256(files.adapter / ADAPTER_WEIGHTS)
     out, made = cached_model(spec)
     if made is not None and made.get("sha256") == sha:
         return out
     return merge_adapter(resolve_model(str(spec.draft)), files.adapter, out, card=card,
                          stamp={"preset": spec.aligned_name, "kind": LOCAL, "sha256": sha, "base": spec.draft,
-                                "aligned_in": str(files.directory.resolve()),
+                                "aligned_in": aligned_in(files),
                                 "role": "draft", "description": f"{spec.draft} aligned to {spec.target} "
                                 f"(LoRA; stepspec draft align, {files.directory})"})
 
@@ -107,7 +120,7 @@ def merge(spec: AlignSpec, files: AlignFiles, command: str) -> Path:
 def export(files: AlignFiles, folder: Path) -> dict[str, Any]:
     """Copy the adapter and its card to ``folder`` (for an AdapterPreset); returns name and sha256."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("adapter_config.json", "adapter_model.safetensors"):
+    for name in ("adapter_config.json", ADAPTER_WEIGHTS):
         shutil.copy2(files.adapter / name, folder / name)
     shutil.copy2(files / "MODEL_CARD.md", folder / "README.md")
-    return {"folder": str(folder), "sha256": file_sha256(folder / "adapter_model.safetensors")}
+    return {"folder": str(folder), "sha256": file_sha256(folder / ADAPTER_WEIGHTS)}
