@@ -263,3 +263,39 @@ def bench_headline(readme: str = typer.Argument("README.md", help="The file whos
 
     changed = update_headline(readme)
     console.print(f"{readme}: headline table {'rebuilt' if changed else 'already current'}")
+
+
+@bench_app.command("cost")
+def bench_cost(
+    runs: list[str] = typer.Argument(..., help="Run directories to fit the costs on (their latency arms)."),
+    check: list[str] = typer.Option([], "--check", help="A run directory to check the fitted model on "
+                                    "(not fitted on it); repeatable."),
+    baseline: str = typer.Option("target-only", help="The arm speedups are over."),
+    arm: str = typer.Option("specreason", help="The arm of the cost-ratio table."),
+    profiles: Optional[str] = typer.Option(None, help="A cost profiles YAML file (default: the published "
+                                           "profiles that ship with stepspec)."),
+    out: Optional[str] = typer.Option(None, help="Write the tables as markdown to this file too."),
+) -> None:
+    """Fit each engine operation's cost (per call, per prefilled and per decoded token) on runs'
+    traces, check the fit on other runs, and price the traces on published GPU profiles and a grid
+    of cost ratios: where step drafting pays."""
+    from pathlib import Path
+
+    from workflows.eval.cost_report import CostRuns, cost_report, markdown
+    from workflows.eval.costmodel import CostModelError
+
+    try:
+        report = cost_report(CostRuns.read(runs, check), baseline=baseline, arm=arm, profiles_file=profiles)
+    except (CostModelError, OSError) as e:
+        console.print(f"[red]bench cost: {e}[/]")
+        raise typer.Exit(2) from e
+    shown = console if console.is_terminal else Console(width=250)
+    for title, (header, rows) in report:
+        table = Table(*header, title=title)
+        for row in rows:
+            table.add_row(*row)
+        shown.print(table)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(markdown(report))
+        console.print(f"written: {out}")
