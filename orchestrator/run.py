@@ -20,12 +20,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from engine.protocol import Engine
 from engine.stats import SpecDecodingStats
-from engine.types import GenerationRequest, GenerationResult
+from engine.types import FinishReason, GenerationRequest, GenerationResult
 from judges.base import Judge, StepCandidate, Verdict
 from orchestrator.budget import Budget
 from orchestrator.goodput import GoodputGovernor, StepTicket
 from orchestrator.prompts import opening_messages
-from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_prompt
+from orchestrator.stepgen import GeneratedStep, generate_steps, opening_prompt, step_end, step_prompt
 from orchestrator.steps import StepRules, find_answer, inside_thinking, last_boxed, split_steps
 from orchestrator.trace import Author, StepEnd, StepRecord, StopReason, Trace, Work, join_steps
 
@@ -259,6 +259,27 @@ class TraceRun:
         heads = [(c.kept_text + (c.resampled_text or "")) if c is not None else "" for c in cuts]
         written = await self.write_many("target", bases, caps, heads=heads, **sampling)
         return [replace(w, num_tokens=w.num_tokens + r) for w, r in zip(written, resampled)]
+
+    async def token_at_cut(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None) -> GeneratedStep | None:
+        """The target's step piece at ``verdict``'s cut without a call: the kept drafted text and the
+        target's greedy token there, which the verification already computed (one decoded token,
+        the step left open unless it closes a ``\\boxed{}``). None where a call must write it: no
+        greedy cut (a resampled token, none known), a token that ends generation (a special token,
+        such as the end of the turn) or holds a stop string, part of a character, or an engine
+        without a local tokenizer to tell."""
+        cut = verdict.cut
+        tokenizer = getattr(self.engines["target"], "tokenizer", None)
+        special = getattr(tokenizer, "all_special_ids", None)
+        if cut is None or cut.resampled_text is not None or cut.target_token_id < 0 or special is None \
+                or cut.target_token_id in special:
+            return None
+        text = await self.engines["target"].adecode([cut.target_token_id])
+        stops = (self.rules.delimiter, self.rules.think_end, self.rules.action_stop)
+        if not text or "\ufffd" in text or any(stop and stop in text for stop in stops):
+            return None  # (a byte token of a longer character reads as U+FFFD alone: its text comes in context)
+        prompt = self.prompt("target", self.steps if steps is None else steps)
+        complete, ends = step_end(prompt, cut.kept_text + text, FinishReason.LENGTH, self.rules)
+        return GeneratedStep(cut.kept_text + text, 1, complete, ends, 0.0, token_ids=(cut.target_token_id,))
 
     async def steps_in(self, author: Author, text: str) -> list[tuple[str, int]]:
         """The steps ``text`` holds (cut at the delimiter), each with its tokens in ``author``'s count."""

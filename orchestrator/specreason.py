@@ -20,7 +20,9 @@ same prefix (author "target", draft_text keeps the rejected step).
 
 With the ``likelihood`` judge (a token-level verifier) a rejection is partial:
 the drafted tokens before its cut stay and the target's own token goes in at the
-cut (``num_kept_tokens`` and ``cut`` in the step's record). Then the draft drafts
+cut (``num_kept_tokens`` and ``cut`` in the step's record); the verification computed
+that token, so it goes in without a call (a call writes it where it would end the
+generation: the end of the turn, a stop string). Then the draft drafts
 on from there (the record is an open piece of the step, ``complete=False``; what
 the draft writes next is judged again), for the first ``draft_after_cut`` cuts of
 a step; after that, the target writes the rest of the step. Worked example,
@@ -29,6 +31,12 @@ each." and the verifier cuts at "8" (the target's token is "9"): "She sells 16 -
 4 = 9" joins the trace as an open piece; the draft writes on " eggs for $2 each, so
 she makes 9 * 2 = $18." and the verifier accepts it: the step is complete, the
 target wrote one token of it.
+
+``confident_logprob`` (confidence-gated verification, after ConfSpec): a drafted step
+each of whose tokens the draft wrote with at least that logprob joins the trace without
+the target's check (judge "confident"); the draft's own certainty stands in for a
+verification. Worked example, -0.5: "13 - 4 = 9 eggs." drafted with its least sure token
+at -0.2 is kept unchecked; "She sells 9 eggs for $2 each." with " $" at -1.3 is verified.
 
 ``backoff`` (goodput-aware speculation, :mod:`orchestrator.goodput`): before each
 step the driver asks a governor shared by all problems in flight, which compares the
@@ -59,9 +67,15 @@ class SpecReasonOptions(StepBackoff, TargetOpening):
                                 "judged as any drafted step; the target writes the rest of its first_target_steps "
                                 "(the plan); not in an agent's turn after a tool's result, which the target opens")
 
-    draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target writes only its own "
-                                 "token at the cut and the draft drafts on from there (judged again), up to this "
-                                 "many times in a step; past that (and with 0) the target writes the rest of the step")
+    draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target's own token at the cut "
+                                 "goes in (read from the verification, no call, where the engine can tell it) and "
+                                 "the draft drafts on from there (judged again), up to this many times in a step; "
+                                 "past that (and with 0) the target writes the rest of the step")
+
+    confident_logprob: float | None = Field(None, lt=0, description="a drafted step each of whose tokens the draft "
+                                            "wrote with at least this logprob is kept without the target's check "
+                                            "(confidence-gated verification; a tool call's step is always checked); "
+                                            "None: every drafted step is checked")
 
 
 @strategy("specreason", SpecReasonOptions, default_judge="likelihood", target_spec=TokenMethod.SUFFIX)
@@ -85,9 +99,16 @@ class SpecReason(Policy):
         if self.turn(run) is Turn.OPENING:
             run.keep(Author.TARGET, await run.write(Author.TARGET))
             return
-        drafted = await run.write("draft", logprobs=draft_logprobs(self.judge))
+        gate = self.options.confident_logprob
+        logprobs = draft_logprobs(self.judge)
+        drafted = await run.write("draft", logprobs=0 if gate is not None and logprobs is None else logprobs)
+        candidate = run.candidate(drafted)
+        if gate is not None and not candidate.exact and confident(drafted.token_logprobs, gate):
+            run.keep(Author.DRAFT, drafted, draft_text=drafted.text, judge=CONFIDENT,
+                     num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds)
+            return
         t0 = time.perf_counter()
-        (verdict,) = await run.judge(self.judge, [run.candidate(drafted)])
+        (verdict,) = await run.judge(self.judge, [candidate])
         judged = judged_fields(drafted, verdict, time.perf_counter() - t0)
         # Acceptance rule: a drafted step the judge accepts joins the trace as written;
         # a rejected one is rewritten by the target from the same prefix, after the
@@ -96,9 +117,20 @@ class SpecReason(Policy):
         # first draft_after_cut cuts of a step, the rest of the step after that.
         if verdict.accept:
             run.keep(Author.DRAFT, drafted, **judged)
+        elif verdict.cut is not None and cuts_in_open_step(run.steps) < self.options.draft_after_cut:
+            piece = await run.token_at_cut(verdict) or await run.rewrite(verdict, cap=1)
+            run.keep(Author.TARGET, piece, **judged)
         else:
-            token_only = verdict.cut is not None and cuts_in_open_step(run.steps) < self.options.draft_after_cut
-            run.keep(Author.TARGET, await run.rewrite(verdict, cap=1 if token_only else None), **judged)
+            run.keep(Author.TARGET, await run.rewrite(verdict), **judged)
+
+
+# The judge name of a drafted step kept unchecked by the confidence gate.
+CONFIDENT = "confident"
+
+
+def confident(logprobs: Sequence[float], floor: float) -> bool:
+    """Whether the draft wrote every token of a step with at least ``floor`` logprob."""
+    return bool(logprobs) and min(logprobs) >= floor
 
 
 def cuts_in_open_step(steps: Sequence[StepRecord]) -> int:

@@ -73,6 +73,18 @@ def step_prompt(opening: str, steps: Sequence[StepRecord], delimiter: str) -> st
     return prompt
 
 
+def step_end(prompt: str, text: str, finish: FinishReason, rules: StepRules) -> tuple[bool, StepEnd | None]:
+    """(complete, what it ends) of a step ``text`` after ``prompt`` whose generation finished with
+    ``finish``: complete unless it ran into the token cap, where a closed ``\\boxed{}`` (outside
+    the thinking) completes it and ends the trace, as the end of the answer does."""
+    boxed = last_boxed(text) is not None and not inside_thinking(prompt + text, rules)
+    complete = finish is not FinishReason.LENGTH or boxed
+    ends = StepEnd.TRACE if finish is FinishReason.EOS or boxed else None
+    if rules.action_pattern and complete and re.search(rules.action_pattern, text):
+        ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
+    return complete, ends
+
+
 async def generate_steps(
     engine: Engine,
     prompts: Sequence[str],
@@ -133,17 +145,11 @@ async def generate_steps(
                 texts[i] += rules.think_end
                 ended[i] = (True, StepEnd.THINKING)
                 continue
-            thinking = inside_thinking(prompts[i] + texts[i], rules)
-            boxed = last_boxed(texts[i]) is not None and not thinking
             if c.finish_reason is FinishReason.STOP and inside_code_block(texts[i]) and num_tokens[i] < caps[i]:
                 texts[i] += rules.delimiter  # a blank line inside code: the step goes on
                 still.append(i)
                 continue
-            complete = c.finish_reason is not FinishReason.LENGTH or boxed
-            ends = StepEnd.TRACE if c.finish_reason is FinishReason.EOS or boxed else None
-            if rules.action_pattern and complete and re.search(rules.action_pattern, texts[i]):
-                ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
-            ended[i] = (complete, ends)
+            ended[i] = step_end(prompts[i], texts[i], c.finish_reason, rules)
         pending = still
     seconds = time.perf_counter() - t0
     return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents), tuple(ids), tuple(tts),

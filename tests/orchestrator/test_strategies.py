@@ -287,7 +287,10 @@ def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts
     def target_writes(prompt: str) -> str:
         return {"13 - 4 =": " 9 eggs.\n\n", "eggs and": " 9 left.\n\n"}.get(prompt[-8:], "?\n\n")
 
+    target = None
+
     def solve(**options):
+        nonlocal target
         target = ScriptedEngine("target", continuation=target_writes, token_scores=lambda prefix, tokens: [
             (-9.0, 4, " 9") if t == " 8" else (-0.2, 1, None) for t in tokens])
         return run(specreason(Q, first_target_steps=0, draft=ScriptedEngine("draft", continuation=draft_writes),
@@ -296,6 +299,8 @@ def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts
     text = "16 - 3 = 13 eggs.\n\n13 - 4 = 9 eggs and 9 left.\n\nSo she makes \\boxed{18}."
     default = solve()  # draft_after_cut=2: both cuts of step 2 cost the target a token
     assert default.text == text and default.answer == "18"
+    # each token at a cut is the verification's (the target's greedy " 9"): the target writes nothing in a call
+    assert target.prompts == [] and default.num_generate_calls.get("target", 0) == 0
     steps = default.steps
     assert [(s.author, s.complete, s.num_target_tokens) for s in steps] == [
         ("draft", True, 0), ("target", False, 1), ("target", False, 1), ("draft", True, 0), ("draft", True, 0)]
@@ -305,6 +310,61 @@ def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts
     once = solve(draft_after_cut=1)  # the second cut of the step: the target writes the rest
     assert once.text == text and [(s.complete, s.num_target_tokens) for s in once.steps[1:3]] == [(False, 1), (True, 2)]
     assert once.steps[2].text == " eggs and 9 left."
+    assert [p[-8:] for p in target.prompts] == ["eggs and"]  # the rest of the step: one call
+
+
+def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generation():
+    """TraceRun.token_at_cut: the kept text and the target's greedy token there, no call; a call
+    (None) for a token that ends generation, holds a stop string, or that no tokenizer can tell."""
+    import asyncio
+
+    from judges.base import CutRule, TokenCut
+    from orchestrator.run import TraceRun
+
+    target = ScriptedEngine("target")
+    nine, end, blank = target.token_id(" 9"), target.token_id("<|end|>"), target.token_id("\n\n")
+
+    def at_cut(token_id, special=()):
+        if special is not None:
+            target.tokenizer.all_special_ids = special
+        run = TraceRun(Q, "specreason", StepRules(), Budget(), {"target": target, "draft": ScriptedEngine("draft")})
+        cut = TokenCut(offset=4, token=" 8", target_logprob=-9.0, draft_logprob=-0.1, rank=4, rule=CutRule.FLOOR,
+                       target_token_id=token_id, kept_text="13 - 4 =")
+
+        async def piece():
+            await run.open()
+            return await run.token_at_cut(Verdict("likelihood", accept=False, cut=cut))
+
+        return asyncio.run(piece())
+
+    piece = at_cut(nine)
+    assert (piece.text, piece.num_tokens, piece.complete, piece.ends) == ("13 - 4 = 9", 1, False, None)
+    assert at_cut(end, special=(end,)) is None and at_cut(blank) is None
+    target.tokenizer = object()  # no special ids to tell an end of turn by
+    assert at_cut(nine, special=None) is None and target.num_calls == 0
+
+
+def test_specreason_keeps_a_step_the_draft_wrote_confidently_without_the_targets_check():
+    """confident_logprob: a drafted step whose every token the draft wrote with at least that
+    logprob joins the trace unchecked; a less sure one is verified as before."""
+    from judges.likelihood import LikelihoodJudge
+
+    def solve(logprob, **options):
+        draft = script(*DRAFT_STEPS)
+        draft._token_logprob = lambda text: logprob
+        target = ScriptedEngine("target")
+        trace = run(specreason(Q, first_target_steps=0, draft=draft, target=target, judge=LikelihoodJudge(target),
+                               **options))
+        return trace, target
+
+    sure, target = solve(-0.1, confident_logprob=-0.5)
+    assert sure.answer == "18" and target.scored == [] and all(s.author == "draft" for s in sure.steps)
+    assert {s.judge for s in sure.steps} == {"confident"} and sure.num_judge_calls == 0
+    unsure, target = solve(-0.9, confident_logprob=-0.5)
+    assert unsure.answer == "18" and len(target.scored) == len(unsure.steps)
+    assert {s.judge for s in unsure.steps} == {"likelihood"}
+    checked, target = solve(-0.1)  # off by default: every drafted step is checked
+    assert len(target.scored) == len(checked.steps)
 
 
 def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheaper_under_load():

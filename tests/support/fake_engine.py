@@ -34,6 +34,8 @@ TOKEN = re.compile(r"\s*\S+")
 class WordTokenizer:
     """What a tool parser is built with: a vocabulary (the scripted engines' words)."""
 
+    all_special_ids: tuple[int, ...] = ()  # no token of the scripted vocabulary ends generation by itself
+
     def get_vocab(self) -> dict[str, int]:
         return {}
 

@@ -126,3 +126,14 @@ def test_every_committed_tree_search_loads_as_a_graph():
         chosen = [n for n in g.nodes if g.nodes[n].get("chosen")]
         where = (record["strategy"], record["doc_id"])
         assert [g.nodes[n]["text"] for n in chosen] == [s.text for s in trace.steps], where
+
+
+def test_the_committed_cost_model_rebuilds_and_predicts_a_run_it_was_not_fitted_on_within_10_percent():
+    from workflows.eval.cost_report import CostRuns, cost_report, markdown
+
+    fit = [MEASURED / "gsm8k100_speed_2026-12-05_cpu", MEASURED / "lead_gsm8k100-129_cpu"]
+    check = [MEASURED / "opening_aligned_gsm8k100-129_cpu", MEASURED / "target_spec_gsm8k100-149_cpu"]
+    runs = CostRuns.read(fit, check)
+    assert markdown(cost_report(runs)) == (MEASURED / "cost_model_cpu" / "report.md").read_text()
+    for arm in runs.checked["opening_aligned_gsm8k100-129_cpu"].values():
+        assert abs(arm.predicted(runs.profile) / arm.measured - 1) < 0.10, arm.arm
