@@ -301,3 +301,18 @@ def test_an_agent_workload_without_its_loop_is_refused_naming_the_way_to_run_it(
     with pytest.raises(BenchError, match="'agent-shop' is an agent workload.*stepspec bench"):
         asyncio.run(run_bench(spec, tmp_path / "run", engines=(agent_script(("x",)), None)))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_reply_that_never_writes_a_blank_line_runs_to_max_tokens_instead_of_failing():
+    from orchestrator.budget import Budget
+    from orchestrator.reasoner import Reasoner
+
+    rambling = ("I will think about the boxes and " * 40).strip()  # no blank line anywhere
+    served = Reasoner(agent_script((rambling,)), strategy="target-only", budget=Budget(max_step_tokens=8))
+    assert served.budget.max_cut_steps == 4  # a reasoning setup checks that steps are delimited
+    with serving({"stepspec": served}) as url:
+        reply = ask(url, max_tokens=48)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    assert choice["finish_reason"] == "length" and reply.json()["usage"]["completion_tokens"] == 48
+    assert choice["message"]["content"].startswith("I will think about the boxes")  # one step, cut in pieces

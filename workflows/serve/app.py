@@ -91,6 +91,10 @@ class Served:
         if not reasoners:
             raise ValueError("nothing to serve: give at least one reasoner")
         self.reasoners, self.settings, self.on_trace = dict(reasoners), settings, on_trace
+        for reasoner in self.reasoners.values():
+            # A reply runs to max_tokens whatever separates its steps (a call's JSON, code): the
+            # check that the delimiter ever appears guards a reasoning setup, not a client's reply.
+            reasoner.budget = reasoner.budget.model_copy(update={"max_cut_steps": None})
         self.in_flight = 0
         self.variants: OrderedDict[str, Reasoner] = OrderedDict()
         self.governors: dict[tuple[str, str], GoodputGovernor] = {
