@@ -341,8 +341,12 @@ class TraceRun:
 
     def add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
         """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
-        if ends is not StepEnd.THINKING and record.complete and self.holds_call(self.open_step_text() + record.text):
-            ends = StepEnd.ACTION  # a step holding a tool call, written in one piece or several
+        if ends is not StepEnd.THINKING and record.complete:
+            holds = self.holds_call(self.open_step_text() + record.text)  # written in one piece or several
+            if not self.rules.several_calls:
+                ends = StepEnd.ACTION if holds else ends  # a tool call: the agent runs it
+            elif (holds and ends is not None) or (not holds and self.calls_written()):
+                ends = StepEnd.ACTION  # the last of the turn's calls: the model stopped, or wrote no other
         self.steps.append(record)
         if ends is StepEnd.ACTION:
             self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat
@@ -385,6 +389,17 @@ class TraceRun:
                 break
             pieces.append(s.text)
         return "".join(reversed(pieces))
+
+    def calls_written(self) -> bool:
+        """Whether a complete step of the trace holds a tool call."""
+        pieces = ""
+        for s in self.steps:
+            pieces += s.text
+            if s.complete:
+                if self.holds_call(pieces):
+                    return True
+                pieces = ""
+        return False
 
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` (a step, with the open step's pieces before it) holds a tool call

@@ -73,14 +73,19 @@ def step_prompt(opening: str, steps: Sequence[StepRecord], delimiter: str) -> st
     return prompt
 
 
-def step_end(prompt: str, text: str, finish: FinishReason, rules: StepRules) -> tuple[bool, StepEnd | None]:
+def step_end(prompt: str, text: str, finish: FinishReason, rules: StepRules,
+             stop_string: str | None = None) -> tuple[bool, StepEnd | None]:
     """(complete, what it ends) of a step ``text`` after ``prompt`` whose generation finished with
-    ``finish``: complete unless it ran into the token cap, where a closed ``\\boxed{}`` (outside
-    the thinking) completes it and ends the trace, as the end of the answer does."""
+    ``finish`` (at ``stop_string``): complete unless it ran into the token cap, where a closed
+    ``\\boxed{}`` (outside the thinking) completes it and ends the trace, as the end of the answer
+    does. A step holding a tool call ends the trace for its call to run; with
+    ``rules.several_calls`` only where the model stops to read a result (the trace decides the
+    rest, :meth:`orchestrator.run.TraceRun.add`)."""
     boxed = last_boxed(text) is not None and not inside_thinking(prompt + text, rules)
     complete = finish is not FinishReason.LENGTH or boxed
     ends = StepEnd.TRACE if finish is FinishReason.EOS or boxed else None
-    if rules.action_pattern and complete and re.search(rules.action_pattern, text):
+    if rules.action_pattern and complete and re.search(rules.action_pattern, text) and (
+            not rules.several_calls or (stop_string is not None and stop_string == rules.action_stop)):
         ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
     return complete, ends
 
@@ -149,7 +154,7 @@ async def generate_steps(
                 texts[i] += rules.delimiter  # a blank line inside code: the step goes on
                 still.append(i)
                 continue
-            ended[i] = step_end(prompts[i], texts[i], c.finish_reason, rules)
+            ended[i] = step_end(prompts[i], texts[i], c.finish_reason, rules, c.stop_string)
         pending = still
     seconds = time.perf_counter() - t0
     return [GeneratedStep(text, n, complete, ends, seconds, tuple(lps), tuple(ents), tuple(ids), tuple(tts),

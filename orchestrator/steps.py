@@ -42,6 +42,10 @@ class StepRules:
     # undeclared tool, arguments against its schema), or None: such a step is rejected
     # whole before any judge sees it, and the target writes the step.
     action_check: Callable[[str], str | None] | None = field(default=None, compare=False)
+    # Several calls a turn: a step holding a call does not end the trace, the model may write
+    # more calls after it; the trace ends (stop reason "action") at the first later step that
+    # holds none, or where the model ends its turn.
+    several_calls: bool = False
 
     def __post_init__(self) -> None:
         if self.action_pattern is not None:

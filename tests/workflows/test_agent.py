@@ -200,6 +200,21 @@ def test_in_the_template_format_a_drafted_call_runs_speculatively_and_its_result
 
 
 @pytest.mark.vllm  # calls are read by vLLM's tool parsers
+def test_in_the_template_format_a_turns_two_calls_both_run_and_come_back_as_two_tool_messages():
+    first, second = fenced("2 + 3"), fenced("2 * 3")
+
+    def continuation(prompt):
+        if prompt.count("<|tool|>") >= 2:
+            return "So the answer is \\boxed{11}."
+        return second if prompt.endswith(first + "\n\n") else first + "\n\n" + second
+
+    engine = ScriptedEngine(continuation=continuation, renders_tools=True)
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3, and 2 * 3?")
+    assert [c.args["expression"] for c in result.tool_calls] == ["2 + 3", "2 * 3"]
+    assert [text for role, text in result.messages if role == "tool"] == ["5", "6"] and result.answer == "11"
+
+
+@pytest.mark.vllm  # calls are read by vLLM's tool parsers
 def test_in_the_template_format_an_invalid_call_of_the_target_gets_a_message_and_the_agent_goes_on():
     engine = template_engine(['```json\n{"name": "calculator", "arguments": {"expr": "1"}}\n```'])
     result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3?")

@@ -95,6 +95,34 @@ def test_the_openai_sdk_gets_a_drafted_call_as_tool_calls_streamed_or_not():
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
 
 
+TWO_CALLS = ("I multiply the boxes, then add the spare apples.\n\n", fenced("multiply", a=12, b=13) + "\n\n",
+             fenced("add", a=156, b=4) + "\n\n", "Both calls are made.")
+
+
+def test_two_calls_a_blank_line_apart_are_two_tool_calls_streamed_or_not_and_one_without_parallel_calls():
+    served = reasoner(draft_turns=(TWO_CALLS, ANSWERING), target_turns=(TWO_CALLS, ANSWERING))
+    with serving({"stepspec": served}) as url:
+        sdk = sdk_client(url)
+        reply = sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}], tools=TOOLS)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == [
+            ("multiply", {"a": 12, "b": 13}), ("add", {"a": 156, "b": 4})]
+        assert choice.message.model_extra["reasoning_content"] == TWO_CALLS[0]
+        # the turn ended at the first step after the calls that holds none (kept, not a call)
+        assert reply.model_extra["stepspec"]["stop_reason"] == "action"
+        chunks = list(sdk.chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}],
+                                                  tools=TOOLS, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join(d.model_extra.get("reasoning_content") or "" for d in deltas) == TWO_CALLS[0]
+        pieces = [t for d in deltas for t in d.tool_calls or ()]
+        named = [(p.index, p.function.name) for p in pieces if p.id is not None]
+        assert named == [(0, "multiply"), (1, "add")]
+        assert json.loads("".join(p.function.arguments for p in pieces if p.index == 1)) == {"a": 156, "b": 4}
+        one = ask(url, parallel_tool_calls=False).json()["choices"][0]
+        assert [c["function"]["name"] for c in one["message"]["tool_calls"]] == ["multiply"]
+
+
 def test_a_conversation_ending_with_the_tools_result_is_answered_and_the_call_is_rendered():
     served = reasoner()
     history = [{"role": "user", "content": Q},

@@ -318,7 +318,7 @@ class Agent:
         return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {record.observation}"}], [record])
 
     async def _template_turn(self, trace: Trace, calling: ToolCalling, started: dict[str, asyncio.Task]) -> "_Turn":
-        before, last = trace.last_step_apart()
+        before, last = calling.apart(trace)
         parsed = calling.parse(last)
         if not parsed.calls or parsed.problems:
             problem = "; ".join(parsed.problems) or "no call could be read"

@@ -32,6 +32,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from common.names import did_you_mean
 from orchestrator.steps import StepRules
+from orchestrator.trace import Trace, join_steps
 
 DEFAULT_TOOL_CALL_PARSER = "hermes_json"
 OWN_PARSERS = {"hermes_json": ("workflows.agents.tool_parser", "HermesJsonToolParser")}
@@ -188,10 +189,22 @@ class ToolCalling:
                 or t["function"]["name"] == self.choice]
 
     def rules(self, base: StepRules) -> StepRules:
-        """``base`` with a step holding a call ending the trace, and invalid drafted calls rejected."""
+        """``base`` with the turn's calls ending the trace, and invalid drafted calls rejected. With
+        ``parallel`` the model may write several calls a turn, a step each (a forced call is one)."""
         if self.choice == "none":
             return base
-        return replace(base, action_pattern=self.start, action_stop=RESULT_START, action_check=self.problem)
+        return replace(base, action_pattern=self.start, action_stop=RESULT_START, action_check=self.problem,
+                       several_calls=self.parallel and not self.forced)
+
+    def apart(self, trace: Trace) -> tuple[str, str]:
+        """(the steps before the first that holds a call; that step and every one after it): a
+        turn's reasoning and the text its calls are read from. Example: "I add, then multiply.",
+        a call to add, a call to multiply: the first step, and the two calls' steps."""
+        steps = trace.whole_steps()
+        texts = [join_steps(step, trace.delimiter) for step in steps]
+        first = next((i for i, text in enumerate(texts) if re.search(self.start, text)), max(len(steps) - 1, 0))
+        return (join_steps([r for step in steps[:first] for r in step], trace.delimiter),
+                join_steps([r for step in steps[first:] for r in step], trace.delimiter))
 
     def parse(self, text: str) -> Parsed:
         """The calls ``text`` holds (after the forced opening, if any), each checked."""

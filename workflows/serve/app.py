@@ -415,10 +415,12 @@ def _chat_chunks(name: str, rid: str, tr: TraceRequest, turn: Turn, delimiter: s
 
     async def render(records: AsyncIterator[StepRecord], task: asyncio.Task) -> AsyncIterator[str]:
         yield chunk(ChoiceDelta(role="assistant", content=""))
-        held = HeldStep(delimiter)
+        held, calls_begun = HeldStep(delimiter), False
         async for record in records:
-            if (text := held.push(record)) is not None and turn.streams_reasoning:
-                yield chunk(ChoiceDelta(reasoning_content=text))
+            if (text := held.push(record)) is not None and turn.streams_reasoning and not calls_begun:
+                calls_begun = turn.holds_call(text)  # the turn's calls go out as tool_calls at the end
+                if not calls_begun:
+                    yield chunk(ChoiceDelta(reasoning_content=text))
         try:
             solution = task.result()
         except Exception as e:

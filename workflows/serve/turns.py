@@ -22,6 +22,7 @@ call to multiply with ``{"a": 12, "b": 13}``, finish_reason "tool_calls".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from orchestrator.prompts import Chat
@@ -64,6 +65,11 @@ class Turn:
         """Whether steps stream as reasoning before the end (not when the whole trace is a forced call)."""
         return self.calling is None or not self.calling.forced
 
+    def holds_call(self, text: str) -> bool:
+        """Whether a step's ``text`` holds a tool call: it and the steps after it are the turn's
+        calls, never streamed as reasoning."""
+        return self.calling is not None and re.search(self.calling.start, text) is not None
+
     async def prompt_tokens(self, reasoner: Reasoner, max_tokens: int | None) -> int:
         """The prompt's tokens; a 400 when the prompt, or ``max_tokens`` more, would not fit the
         context of the model that writes (:func:`writer`)."""
@@ -81,12 +87,12 @@ class Turn:
 
     def reply(self, trace: Trace, stop: tuple[str, ...]) -> "Reply":
         """How ``trace``'s end reads: reasoning, content, calls (or why they are invalid)."""
-        reasoning, answer = reasoning_and_answer(trace)
         calling = self.calling
-        if calling is not None and calling.forced:
-            reasoning, answer = "", trace.text
         if calling is None or not (calling.forced or trace.stop_reason is StopReason.ACTION):  # (none: no call ends it)
+            reasoning, answer = reasoning_and_answer(trace)
             return Reply(reasoning, cut_at_stop(answer, stop), finish_reason=finish_reason(trace))
+        before, answer = calling.apart(trace)  # a forced call: the whole trace
+        reasoning = before + (trace.delimiter if before else "")
         parsed = calling.parse(answer)
         if parsed.calls and not parsed.problems:
             return Reply(reasoning, parsed.content, parsed.calls, finish_reason="tool_calls")
