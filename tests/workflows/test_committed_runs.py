@@ -132,8 +132,10 @@ def test_the_committed_cost_model_rebuilds_and_predicts_a_run_it_was_not_fitted_
     from workflows.eval.cost_report import CostRuns, cost_report, markdown
 
     fit = [MEASURED / "gsm8k100_speed_2026-12-05_cpu", MEASURED / "lead_gsm8k100-129_cpu"]
-    check = [MEASURED / "opening_aligned_gsm8k100-129_cpu", MEASURED / "target_spec_gsm8k100-149_cpu"]
+    check = [MEASURED / "opening_aligned_gsm8k100-129_cpu", MEASURED / "target_spec_gsm8k100-149_cpu",
+             MEASURED / "levers_gsm8k100-129_cpu"]
     runs = CostRuns.read(fit, check)
     assert markdown(cost_report(runs)) == (MEASURED / "cost_model_cpu" / "report.md").read_text()
-    for arm in runs.checked["opening_aligned_gsm8k100-129_cpu"].values():
-        assert abs(arm.predicted(runs.profile) / arm.measured - 1) < 0.10, arm.arm
+    for run in ("opening_aligned_gsm8k100-129_cpu", "levers_gsm8k100-129_cpu"):
+        for arm in runs.checked[run].values():
+            assert abs(arm.predicted(runs.profile) / arm.measured - 1) < 0.10, (run, arm.arm)
