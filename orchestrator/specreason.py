@@ -104,8 +104,7 @@ class SpecReason(Policy):
         drafted = await run.write("draft", logprobs=0 if gate is not None and logprobs is None else logprobs)
         candidate = run.candidate(drafted)
         if gate is not None and not candidate.exact and confident(drafted.token_logprobs, gate):
-            run.keep(Author.DRAFT, drafted, draft_text=drafted.text, judge=CONFIDENT,
-                     num_draft_tokens=drafted.num_tokens, draft_seconds=drafted.seconds)
+            run.keep(Author.DRAFT, drafted, draft_text=drafted.text, accepted=True, judge=CONFIDENT)
             return
         t0 = time.perf_counter()
         (verdict,) = await run.judge(self.judge, [candidate])

@@ -360,6 +360,7 @@ def test_specreason_keeps_a_step_the_draft_wrote_confidently_without_the_targets
     sure, target = solve(-0.1, confident_logprob=-0.5)
     assert sure.answer == "18" and target.scored == [] and all(s.author == "draft" for s in sure.steps)
     assert {s.judge for s in sure.steps} == {"confident"} and sure.num_judge_calls == 0
+    assert all(s.accepted and s.draft_text == s.text for s in sure.steps)  # drafted, kept as drafted
     unsure, target = solve(-0.9, confident_logprob=-0.5)
     assert unsure.answer == "18" and len(target.scored) == len(unsure.steps)
     assert {s.judge for s in unsure.steps} == {"likelihood"}

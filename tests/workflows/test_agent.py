@@ -123,9 +123,10 @@ def test_malformed_call_gets_an_observation_and_the_agent_goes_on():
 
 
 def test_iteration_limit_stops_the_loop():
-    engine = agent_engine(["Action: calculator(1 + 1)"] * 10)
+    engine = agent_engine([f"Action: calculator(1 + {n})" for n in range(10)])  # a new call each turn
     result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator], max_iterations=3).run("loop")
     assert result.stop_reason == "max_iterations" and result.num_iterations == 3 and result.answer is None
+    assert result.output is None  # no final reply: the stop reason says why
     with pytest.raises(AgentError, match="two tools"):
         Agent(Reasoner(engine, strategy="target-only"), tools=[calculator, calculator])
 
@@ -212,6 +213,33 @@ def test_in_the_template_format_a_turns_two_calls_both_run_and_come_back_as_two_
     result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3, and 2 * 3?")
     assert [c.args["expression"] for c in result.tool_calls] == ["2 + 3", "2 * 3"]
     assert [text for role, text in result.messages if role == "tool"] == ["5", "6"] and result.answer == "11"
+
+
+@pytest.mark.vllm  # calls are read by vLLM's tool parsers
+def test_an_agents_output_is_its_final_reply_never_its_calls_or_their_results():
+    engine = template_engine([fenced("2 + 3")], answer="The sum is five.")
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[calculator]).run("What is 2 + 3?")
+    assert result.output == "The sum is five." and result.answer is None and result.stop_reason == "eos"
+    assert [(c.tool, c.observation) for c in result.tool_calls] == [("calculator", "5")]
+    assert any(role == "tool" for role, _ in result.messages)  # the call and its result stay in the chat
+
+
+@pytest.mark.vllm  # calls are read by vLLM's tool parsers
+def test_a_repeated_call_is_answered_with_its_earlier_result_and_a_third_ends_the_loop():
+    runs = []
+
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        runs.append(key)
+        return "42"
+
+    call = '```json\n{"name": "lookup", "arguments": {"key": "x"}}\n```'
+    engine = template_engine([call] * 5)
+    result = Agent(Reasoner(engine, strategy="target-only"), tools=[lookup]).run("What is x?")
+    assert runs == ["x"] and result.stop_reason == "repeated_call" and result.output is None
+    observations = [text for role, text in result.messages if role == "tool"]
+    assert observations[0] == "42" and len(observations) == 3
+    assert "called with these arguments before and returned: 42" in observations[1]
 
 
 @pytest.mark.vllm  # calls are read by vLLM's tool parsers

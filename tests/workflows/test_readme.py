@@ -88,3 +88,9 @@ def test_each_link_points_at_a_file_of_the_checkout():
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
     missing = [t for t in links if not t.startswith("http") and not (ROOT / t).exists()]
     assert links and not missing, missing
+
+
+def test_the_benchmarks_index_has_lines_a_reader_can_read():
+    long = [i + 1 for i, line in enumerate((ROOT / "benchmarks" / "README.md").read_text().splitlines())
+            if len(line) > 200]
+    assert long == [], f"benchmarks/README.md lines over 200 characters: {long}"

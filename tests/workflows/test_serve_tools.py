@@ -176,6 +176,22 @@ def test_a_named_tool_choice_forces_the_call_its_opening_prefilled():
     assert "<|tools|>" not in served.target.prompts[-1]
 
 
+def test_a_forced_call_is_read_from_its_prefilled_opening_even_a_brace_short():
+    """The model continues the prefilled opening; the arguments are its first JSON value (as vLLM
+    reads a forced call), so a call whose outer brace the model never closes is still the call."""
+    named = reasoner(target_turns=(('{"a": 12, "b": 13}\n```',),), strategy="target-only")
+    required = reasoner(target_turns=(('add", "arguments": {"a": 1, "b": 2}}\n```\n',),), strategy="target-only")
+    with serving({"named": named, "required": required}) as url:
+        one = ask(url, model="named", tool_choice={"type": "function", "function": {"name": "multiply"}}).json()
+        two = ask(url, model="required", tool_choice="required").json()
+    for reply, name, arguments in ((one, "multiply", {"a": 12, "b": 13}), (two, "add", {"a": 1, "b": 2})):
+        choice = reply["choices"][0]
+        (call,) = choice["message"]["tool_calls"]
+        assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (name, arguments)
+        assert choice["finish_reason"] == "tool_calls" and not choice["message"].get("content")
+    assert required.target.prompts[0].endswith('<|assistant|>```json\n{"name": "')
+
+
 @pytest.mark.parametrize("change, says", [
     ({"tools": [function("multiply", "x", a="integer"), function("multiply", "y", b="integer")]},
      "two tools are named 'multiply'"),

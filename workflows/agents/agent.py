@@ -72,6 +72,10 @@ then stop: the result comes back as "Observation: ...". Use the tools for every 
 When you know the final answer, write it as \\boxed{{answer}}."""
 
 
+# The same call (tool and arguments) made this many times ends the loop (stop reason "repeated_call").
+REPEATS = 3
+
+
 class AgentError(ValueError):
     """An agent was misconfigured (a duplicate tool name, no tools where some are needed)."""
 
@@ -101,10 +105,16 @@ class ToolCallRecord:
 class AgentResult:
     task: str
     answer: str | None
-    stop_reason: str  # "answer", "max_iterations", or the last trace's (max_tokens, error, ...)
+    # "answer", "max_iterations", "repeated_call" (the same call a third time), or the last
+    # trace's (eos, max_tokens, error, ...)
+    stop_reason: str
     traces: tuple[Trace, ...]
     tool_calls: tuple[ToolCallRecord, ...]
     messages: tuple[tuple[str, str], ...] = field(default=())  # the whole chat, observations included
+    # The agent's final reply: the answer step of its last turn, a turn that made no call (never
+    # a call, an observation or the template's tool listing); None where the loop ended without
+    # one, and stop_reason says why.
+    output: str | None = None
 
     @property
     def num_iterations(self) -> int:
@@ -275,7 +285,8 @@ class Agent:
         shown = len(messages) - 1  # the messages before the task
         traces: list[Trace] = []
         records: list[ToolCallRecord] = []
-        stop = "max_iterations"
+        stop, output = "max_iterations", None
+        seen: dict[str, list[ToolCallRecord]] = {}  # each call made (tool and arguments): its records
         for _ in range(self.max_iterations):
             started: dict[str, asyncio.Task] = {}
             draft = None
@@ -287,37 +298,56 @@ class Agent:
                 trace = solution.trace
                 traces.append(trace)
                 if trace.stop_reason != StopReason.ACTION:
-                    stop = trace.stop_reason
+                    stop, output = trace.stop_reason, trace.last_step_apart()[1]
                     messages.append({"role": "assistant", "content": trace.text})
                     break
-                turn = await (self._template_turn(trace, calling, started) if calling is not None
-                              else self._text_turn(trace, started))
+                turn = await (self._template_turn(trace, calling, started, seen) if calling is not None
+                              else self._text_turn(trace, started, seen))
                 messages += turn.messages
                 records += turn.records
+                if turn.repeated:
+                    stop = "repeated_call"
+                    break
             finally:
                 records.extend(await _discard(started))
         answer = next((t.answer for t in reversed(traces) if t.answer is not None), None)
         return AgentResult(task, answer, stop, tuple(traces), tuple(records),
-                           tuple((m["role"], message_text(m)) for m in messages[:1] + messages[shown:]))
+                           tuple((m["role"], message_text(m)) for m in messages[:1] + messages[shown:]), output)
 
-    async def _run(self, call: ToolCall, started: dict[str, asyncio.Task]) -> ToolCallRecord:
-        """``call`` run (or its speculative run, started from the draft's step, awaited)."""
-        if _key(call) in started:  # the draft wrote this very call: it is running or done
-            result, speculative = await started.pop(_key(call)), True
+    async def _run(self, call: ToolCall, started: dict[str, asyncio.Task], seen: dict[str, list[ToolCallRecord]]
+                   ) -> ToolCallRecord:
+        """``call`` run (or its speculative run, started from the draft's step, awaited). A call made
+        before with the same arguments is not run again: its observation gives the earlier result
+        and says so (``seen``: each call's records so far)."""
+        key = _key(call)
+        if key in seen:
+            earlier = seen[key][0]
+            record = replace(earlier, observation=f"{call.tool} was called with these arguments before and "
+                                                  f"returned: {earlier.observation}. Use that result; do not call "
+                                                  "it again.", speculative=False, seconds=0.0)
+        elif key in started:  # the draft wrote this very call: it is running or done
+            result = await started.pop(key)
+            record = ToolCallRecord(call.tool, call.args, result.observation, result.ok, True, True, result.seconds,
+                                    result.timed_out)
         else:
-            result, speculative = await self.tools[call.tool].call(call.args), False
-        return ToolCallRecord(call.tool, call.args, result.observation, result.ok, speculative, True, result.seconds,
-                              result.timed_out)
+            result = await self.tools[call.tool].call(call.args)
+            record = ToolCallRecord(call.tool, call.args, result.observation, result.ok, False, True, result.seconds,
+                                    result.timed_out)
+        seen.setdefault(key, []).append(record)
+        return record
 
-    async def _text_turn(self, trace: Trace, started: dict[str, asyncio.Task]) -> "_Turn":
+    async def _text_turn(self, trace: Trace, started: dict[str, asyncio.Task],
+                         seen: dict[str, list[ToolCallRecord]]) -> "_Turn":
         call = parse_action(trace.steps[-1].text, self.tools)
         said = {"role": "assistant", "content": trace.text}
         if isinstance(call, str):
             return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {call}"}], [])
-        record = await self._run(call, started)
-        return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {record.observation}"}], [record])
+        record = await self._run(call, started, seen)
+        return _Turn([said, {"role": "user", "content": f"{OBSERVATION} {record.observation}"}], [record],
+                     repeated=len(seen[_key(call)]) >= REPEATS)
 
-    async def _template_turn(self, trace: Trace, calling: ToolCalling, started: dict[str, asyncio.Task]) -> "_Turn":
+    async def _template_turn(self, trace: Trace, calling: ToolCalling, started: dict[str, asyncio.Task],
+                             seen: dict[str, list[ToolCallRecord]]) -> "_Turn":
         before, last = calling.apart(trace)
         parsed = calling.parse(last)
         if not parsed.calls or parsed.problems:
@@ -327,9 +357,11 @@ class Agent:
                                                       "with arguments that match its schema."}], [])
         said = assistant_message(parsed)
         said["content"] = "\n\n".join(t for t in (before, parsed.content or "") if t)
-        records = [await self._run(ToolCall(c.name, c.arguments), started) for c in parsed.calls]
+        calls = [ToolCall(c.name, c.arguments) for c in parsed.calls]
+        records = [await self._run(call, started, seen) for call in calls]
         return _Turn([said, *({"role": "tool", "tool_call_id": c.id, "content": r.observation}
-                              for c, r in zip(parsed.calls, records))], records)
+                              for c, r in zip(parsed.calls, records))], records,
+                     repeated=any(len(seen[_key(call)]) >= REPEATS for call in calls))
 
     def run(self, task: str, on_step: Callable[[StepRecord], None] | None = None) -> AgentResult:
         return self.reasoner.run_sync(self.arun(task, on_step))
@@ -341,6 +373,7 @@ class _Turn:
 
     messages: list[dict[str, Any]]
     records: list[ToolCallRecord]
+    repeated: bool = False  # a call of it was made for the REPEATS-th time: the loop stops
 
 
 async def _discard(started: dict[str, asyncio.Task]) -> list[ToolCallRecord]:

@@ -43,6 +43,10 @@ RESULT_START = "<tool_response>"
 FORCED_HEADS = {"hermes_json": '```json\n{"name": "', "<tool_call>": '<tool_call>\n{"name": "'}
 
 
+# After tool_choice "required"'s opening: the function's name, then the arguments' key.
+FORCED_NAME = re.compile(r'\s*([A-Za-z0-9_.\-]{1,64})"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+
+
 class ToolCallError(ValueError):
     """A tool declaration, a tool choice or a parser name that cannot be used; the message
     says which and how to fix it."""
@@ -69,6 +73,10 @@ class Parsed:
     content: str | None
     calls: tuple[Call, ...]
     problems: tuple[str, ...] = ()
+
+
+def _call(name: str, arguments: dict[str, Any]) -> Call:
+    return Call(f"call_{uuid.uuid4().hex[:24]}", name, arguments)
 
 
 def check_tools(tools: Sequence[Any], where: str = "tools") -> list[dict[str, Any]]:
@@ -208,13 +216,36 @@ class ToolCalling:
 
     def parse(self, text: str) -> Parsed:
         """The calls ``text`` holds (after the forced opening, if any), each checked."""
-        out = self.parser.extract_tool_calls(self.prefill + text, self._request)
-        calls = tuple(Call(f"call_{uuid.uuid4().hex[:24]}", c.function.name, json.loads(c.function.arguments or "{}"))
-                      for c in (out.tool_calls if out.tools_called else ()))
+        if self.forced:
+            calls = self.forced_call(text)
+            content = None if calls else text
+        else:
+            out = self.parser.extract_tool_calls(text, self._request)
+            calls = tuple(_call(c.function.name, json.loads(c.function.arguments or "{}"))
+                          for c in (out.tool_calls if out.tools_called else ()))
+            content = out.content if out.tools_called else text
         if not self.parallel:
             calls = calls[:1]
         problems = tuple(p for c in calls if (p := self.check(c)) is not None)
-        return Parsed(out.content if out.tools_called else text, calls, problems)
+        return Parsed(content, calls, problems)
+
+    def forced_call(self, text: str) -> tuple[Call, ...]:
+        """The call a forced reply makes: the prefilled opening names the function (``required``:
+        the reply begins with its name) and the reply's first JSON value after ``"arguments":``
+        is its arguments, read to its own end, as vLLM's server reads a forced call's arguments;
+        what follows it (the call's closing brace and fence, or a brace too few) is not read.
+        Example, tool_choice multiply: ``{"a": 12, "b": 13}\n```\n`` is multiply(a=12, b=13)."""
+        name, rest = self.choice, text
+        if self.choice == "required":
+            m = FORCED_NAME.match(text)
+            if m is None:
+                return ()
+            name, rest = m.group(1), text[m.end():]
+        try:
+            arguments, _ = json.JSONDecoder().raw_decode(rest.lstrip())
+        except json.JSONDecodeError:
+            return ()
+        return (_call(name, arguments),) if isinstance(arguments, dict) else ()
 
     def check(self, call: Call) -> str | None:
         """Why ``call`` is invalid, or None."""

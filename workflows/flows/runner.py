@@ -7,7 +7,8 @@ and the run record keeps each finished node's output.
 
 Node outputs: ``${node.output}`` is a reason or agent node's answer (its
 ``\\boxed{}`` value) when it has one, else its text; ``${node.text}`` the whole
-text; ``${node.answer}`` the answer alone (empty when none). A tool node's
+text (an agent's: its final reply, never its calls or their results, empty where it ended
+without one: ``details.stop_reason`` says why); ``${node.answer}`` the answer alone (empty when none). A tool node's
 output is the tool's return value; a map node's is the list of its items'
 outputs. A reference that is a whole string keeps the referenced value's type
 (a list stays a list); inside a longer string it is written as text.
@@ -413,7 +414,7 @@ class WorkflowRun:
             return
         if isinstance(node, AgentNode):
             result = await self.agents[node.agent].arun(_as_text(fill(node.task)))
-            rec.text = "\n\n".join(content for _, content in result.messages[2:])  # thoughts and observations
+            rec.text = result.output or ""  # its final reply; empty where it ended without one (stop_reason)
             rec.answer = result.answer
             rec.output = result.answer if result.answer is not None else rec.text
             rec.details = {"stop_reason": result.stop_reason, "iterations": result.num_iterations,
