@@ -135,7 +135,7 @@ def test_every_strategy_declares_its_options_once():
     expected = {
         "target-only": {"run_tokens": 0}, "draft-only": {"run_tokens": 0}, "arbitrage-oracle": {},
         "specreason": {"first_target_steps": 2, "draft_opening": True, "backoff": True, "backoff_tokens": 640,
-                       "draft_after_cut": 2},
+                       "draft_after_cut": 2, "confident_logprob": None},
         "lookahead": {"gamma": 4, "min_gamma": 1, "max_gamma": 8, "adaptive": True, "backoff": True,
                       "backoff_tokens": 640},
         "spec-thinking": {"takeover_tokens": 128},

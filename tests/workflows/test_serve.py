@@ -277,8 +277,10 @@ def test_lm_evals_local_chat_completions_scores_the_served_reasoner(tmp_path):
         i = int(prompt.split("What is ")[-1].split(" +")[0])
         return "Add ten.\n\n" if "Add ten." not in prompt else "\\boxed{%d}" % (i + 10)
 
+    # backoff off: with two traces in flight the goodput governor could give one to the target in one
+    # generation, where this script (a step per call) would write only its first step
     served = Reasoner(ScriptedEngine("target", continuation=answer), ScriptedEngine("draft", continuation=answer),
-                      strategy="specreason", judge=FixedJudge(True), first_target_steps=0)
+                      strategy="specreason", judge=FixedJudge(True), first_target_steps=0, backoff=False)
     with serving({"stepspec": served}) as url:
         out = lm_eval.simple_evaluate(
             model="local-chat-completions", apply_chat_template=True, limit=3, log_samples=True,
