@@ -267,7 +267,7 @@ class Agent:
                 return []
             call = parse_action(text, self.tools)
             return [call] if isinstance(call, ToolCall) else []
-        if not re.search(calling.start, text):
+        if not calling.holds_call(text):
             return []
         parsed = calling.parse(text)
         return [ToolCall(c.name, c.arguments) for c in parsed.calls if calling.check(c) is None]

@@ -204,13 +204,17 @@ class ToolCalling:
         return replace(base, action_pattern=self.start, action_stop=RESULT_START, action_check=self.problem,
                        several_calls=self.parallel and not self.forced)
 
+    def holds_call(self, text: str) -> bool:
+        """Whether ``text`` holds (the beginning of) a call."""
+        return re.search(self.start, text) is not None
+
     def apart(self, trace: Trace) -> tuple[str, str]:
         """(the steps before the first that holds a call; that step and every one after it): a
         turn's reasoning and the text its calls are read from. Example: "I add, then multiply.",
         a call to add, a call to multiply: the first step, and the two calls' steps."""
         steps = trace.whole_steps()
         texts = [join_steps(step, trace.delimiter) for step in steps]
-        first = next((i for i, text in enumerate(texts) if re.search(self.start, text)), max(len(steps) - 1, 0))
+        first = next((i for i, text in enumerate(texts) if self.holds_call(text)), max(len(steps) - 1, 0))
         return (join_steps([r for step in steps[:first] for r in step], trace.delimiter),
                 join_steps([r for step in steps[first:] for r in step], trace.delimiter))
 

@@ -22,7 +22,6 @@ call to multiply with ``{"a": 12, "b": 13}``, finish_reason "tool_calls".
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from orchestrator.prompts import Chat
@@ -68,7 +67,7 @@ class Turn:
     def holds_call(self, text: str) -> bool:
         """Whether a step's ``text`` holds a tool call: it and the steps after it are the turn's
         calls, never streamed as reasoning."""
-        return self.calling is not None and re.search(self.calling.start, text) is not None
+        return self.calling is not None and self.calling.holds_call(text)
 
     async def prompt_tokens(self, reasoner: Reasoner, max_tokens: int | None) -> int:
         """The prompt's tokens; a 400 when the prompt, or ``max_tokens`` more, would not fit the
