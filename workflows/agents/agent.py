@@ -325,14 +325,11 @@ class Agent:
             record = replace(earlier, observation=f"{call.tool} was called with these arguments before and "
                                                   f"returned: {earlier.observation}. Use that result; do not call "
                                                   "it again.", speculative=False, seconds=0.0)
-        elif key in started:  # the draft wrote this very call: it is running or done
-            result = await started.pop(key)
-            record = ToolCallRecord(call.tool, call.args, result.observation, result.ok, True, True, result.seconds,
-                                    result.timed_out)
         else:
-            result = await self.tools[call.tool].call(call.args)
-            record = ToolCallRecord(call.tool, call.args, result.observation, result.ok, False, True, result.seconds,
-                                    result.timed_out)
+            speculative = key in started  # the draft wrote this very call: it is running or done
+            result = await (started.pop(key) if speculative else self.tools[call.tool].call(call.args))
+            record = ToolCallRecord(call.tool, call.args, result.observation, result.ok, speculative, True,
+                                    result.seconds, result.timed_out)
         seen.setdefault(key, []).append(record)
         return record
 
