@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.dtype import cpu_info  # noqa: E402
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
+from stepspec.engine.dtype import cpu_info  # noqa: E402
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
 from token_speculation import run_method  # noqa: E402
-from workflows.eval.datasets import load_problems  # noqa: E402
+from stepspec.workflows.eval.datasets import load_problems  # noqa: E402
 
 
 def report(result: dict) -> str:

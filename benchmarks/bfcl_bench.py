@@ -7,6 +7,11 @@ environment of its own (``.venv-bfcl``, made here on first use), as a user would
 BFCL's registry entry ``openbmb/MiniCPM-SALA-FC`` is a plain OpenAI chat-completions
 function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that name.
 
+Arms: a strategy's name (its server binds calls to their schemas, the default), the same with
+``-unbound`` (``--no-constrained-calls``: calls checked after they are written), and
+``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
+its tokens inside it, as target-only) with its ``hermes`` tool parser, the peer.
+
     python benchmarks/bfcl_bench.py --out benchmarks/measured/bfcl_cpu \\
         --categories simple_python,multiple,parallel --per-category 50
 
@@ -28,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from served import cpu_model, start_server, stop_server  # noqa: E402
+from served import cpu_model, start_process, start_server, stop_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-bfcl"
@@ -58,8 +63,33 @@ def category_ids(category: str, n: int) -> list[str]:
 
 
 def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
-    """``stepspec serve`` with ``arm``'s strategy, serving BFCL's model name, once healthy."""
-    return start_server(["--strategy", arm, "--name", MODEL, "--max-model-len", str(CONTEXT)], port, log)
+    """The server of ``arm`` serving BFCL's model name, once healthy: ``stepspec serve`` with the
+    arm's strategy (``-unbound``: calls not bound to their schemas), or vLLM's own server."""
+    if arm == "vllm-server":
+        return vllm_server(port, log)
+    strategy = arm.removesuffix("-unbound")
+    unbound = ["--no-constrained-calls"] if arm.endswith("-unbound") else []
+    return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), *unbound], port, log)
+
+
+def vllm_server(port: int, log: Path) -> subprocess.Popen:
+    """vLLM's OpenAI server on the bundled target, the draft model inside it, its hermes tool parser."""
+    from stepspec.engine.dtype import choose_dtype
+    from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model
+    from stepspec.engine.speculation import speculative_config
+    from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp
+    from stepspec.orchestrator.strategies import STRATEGIES
+
+    target, draft = resolve_model(BUNDLED_TARGET), resolve_model(BUNDLED_DRAFT)
+    spec = speculative_config(STRATEGIES["target-only"].target_spec, draft_model=draft)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
+    if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
+        env["LD_PRELOAD"] = preload
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target, "--served-model-name", MODEL,
+           "--host", "127.0.0.1", "--port", str(port), "--dtype", choose_dtype("auto", target, cpu=True).dtype,
+           "--max-model-len", str(CONTEXT), "--speculative-config", json.dumps(spec),
+           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    return start_process(cmd, port, log, env)
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
@@ -82,6 +112,18 @@ def evaluate(arm: str, out: Path, categories: list[str]) -> None:
     env = {**os.environ, "BFCL_PROJECT_ROOT": str(out / arm), "OPENAI_API_KEY": "none"}  # its handler is built
     subprocess.run([str(ensure_bfcl()), "evaluate", "--model", MODEL, "--test-category", ",".join(categories),
                     "--partial-eval"], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def failure_classes(out: Path, arm: str, category: str) -> dict[str, int]:
+    """How many of ``arm``'s failed entries on ``category`` BFCL's checker put in each class (its
+    ``error_type``, e.g. ``parallel_function_checker_no_order:wrong_count``), most first."""
+    name, classes = MODEL.replace("/", "_"), {}
+    for path in (out / arm / "score" / name).rglob(f"*_{category}_score.json"):
+        for line in path.read_text().splitlines()[1:]:  # the first line is the summary
+            if line.strip():
+                kind = json.loads(line).get("error_type", "unknown")
+                classes[kind] = classes.get(kind, 0) + 1
+    return dict(sorted(classes.items(), key=lambda kv: -kv[1]))
 
 
 def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
@@ -125,6 +167,14 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
             speed = statistics.median(base_s) / med if base_s and seconds else float("nan")
             vs = "baseline" if arm == "target-only" else f"{lost} / {gained} / {lost - gained}"
             lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x |")
+    lines += ["", "Failures by BFCL's class (its score files' `error_type`), per category and arm:", "",
+              "| category | arm | failed | classes |", "|---|---|---|---|"]
+    for category in categories:
+        for arm in arms:
+            classes = failure_classes(out, arm, category)
+            if classes:
+                shown = ", ".join(f"{kind} {n}" for kind, n in classes.items())
+                lines.append(f"| {category} | {arm} | {sum(classes.values())} | {shown} |")
     return "\n".join(lines) + "\n"
 
 

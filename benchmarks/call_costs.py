@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import EnginePair, build_engines  # noqa: E402
-from engine.dtype import cpu_info  # noqa: E402
-from orchestrator.stepgen import opening_prompt  # noqa: E402
+from stepspec.engine.config import EnginePair, build_engines  # noqa: E402
+from stepspec.engine.dtype import cpu_info  # noqa: E402
+from stepspec.orchestrator.stepgen import opening_prompt  # noqa: E402
 
 SAMPLES = Path(__file__).parent / "measured/gsm8k100_speed_2026-12-05_cpu/samples_gsm8k_target-only.jsonl"
 ENGINES = (("target", "suffix"), ("target", "none"), ("draft", "suffix"))

@@ -36,7 +36,7 @@ def demo_command() -> list[str]:
 
 
 def solve(args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", *args, "--json"],
+    out = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", *args, "--json"],
                          cwd=ROOT, capture_output=True, text=True, env=os.environ)
     if out.returncode != 0:
         raise SystemExit(f"stepspec {' '.join(args)} failed:\n{out.stderr[-3000:]}")

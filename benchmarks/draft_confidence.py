@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.config import EnginePair, build_engines  # noqa: E402
-from judges.likelihood import LikelihoodJudge  # noqa: E402
-from orchestrator.budget import Budget  # noqa: E402
-from orchestrator.reasoner import Reasoner  # noqa: E402
-from workflows.eval.datasets import load_dataset, select  # noqa: E402
+from stepspec.engine.config import EnginePair, build_engines  # noqa: E402
+from stepspec.judges.likelihood import LikelihoodJudge  # noqa: E402
+from stepspec.orchestrator.budget import Budget  # noqa: E402
+from stepspec.orchestrator.reasoner import Reasoner  # noqa: E402
+from stepspec.workflows.eval.datasets import load_dataset, select  # noqa: E402
 
 THRESHOLDS = (-0.1, -0.25, -0.5, -1.0, -1.5, -2.0, -3.0)
 

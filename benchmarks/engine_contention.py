@@ -29,14 +29,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.token_speculation import pair_arguments  # noqa: E402
-from engine.dtype import cpu_info  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from engine.speculation import speculative_config  # noqa: E402
-from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
-from engine.vllm_backend import VLLMEngine  # noqa: E402
-from orchestrator.stepgen import opening_prompt  # noqa: E402
-from workflows.eval.datasets import load_problems  # noqa: E402
-from workflows.eval.rundir import versions  # noqa: E402
+from stepspec.engine.dtype import cpu_info  # noqa: E402
+from stepspec.engine.models import resolve_model  # noqa: E402
+from stepspec.engine.speculation import speculative_config  # noqa: E402
+from stepspec.engine.types import GenerationRequest, Sampling  # noqa: E402
+from stepspec.engine.vllm_backend import VLLMEngine  # noqa: E402
+from stepspec.orchestrator.stepgen import opening_prompt  # noqa: E402
+from stepspec.workflows.eval.datasets import load_problems  # noqa: E402
+from stepspec.workflows.eval.rundir import versions  # noqa: E402
 
 
 def placements(cpus: list[int]) -> dict[str, dict[str, str]]:
@@ -70,7 +70,7 @@ async def measure(target: str, draft: str, questions: list[str], max_tokens: int
     try:
         t = await start("target", target, draft, bind["target"], "draft")
         try:
-            spec = SamplingSpec(max_tokens=max_tokens)
+            spec = Sampling(max_tokens=max_tokens)
             batches = {e: [GenerationRequest(await opening_prompt(e, q), spec) for q in questions] for e in (t, d)}
             for e in (t, d):  # first-call costs
                 await e.generate(batches[e][:1])

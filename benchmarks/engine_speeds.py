@@ -14,7 +14,7 @@ greedy, batch 1:
 
 The results (with the CPU model, its bf16 flags, the dtype ``auto`` picks and why, and
 the versions) go to ``--out`` as ``engines.json`` and ``report.md``; the bundled pair's
-defaults (``engine.config``) cite the committed run.
+defaults (``stepspec.engine.config``) cite the committed run.
 
     python benchmarks/engine_speeds.py [--problems 3] [--max-tokens 200] [--out DIR]
 """
@@ -31,14 +31,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.token_speculation import pair_arguments  # noqa: E402
-from engine.dtype import choose_dtype, cpu_info  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from engine.speculation import speculative_config, suffix_available  # noqa: E402
-from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
-from engine.vllm_backend import VLLMEngine  # noqa: E402
-from orchestrator.stepgen import opening_prompt  # noqa: E402
-from workflows.eval.datasets import load_problems  # noqa: E402
-from workflows.eval.rundir import versions  # noqa: E402
+from stepspec.engine.dtype import choose_dtype, cpu_info  # noqa: E402
+from stepspec.engine.models import resolve_model  # noqa: E402
+from stepspec.engine.speculation import speculative_config, suffix_available  # noqa: E402
+from stepspec.engine.types import GenerationRequest, Sampling  # noqa: E402
+from stepspec.engine.vllm_backend import VLLMEngine  # noqa: E402
+from stepspec.orchestrator.stepgen import opening_prompt  # noqa: E402
+from stepspec.workflows.eval.datasets import load_problems  # noqa: E402
+from stepspec.workflows.eval.rundir import versions  # noqa: E402
 
 GiB = 2**30
 DTYPES = ("float32", "bfloat16")
@@ -60,7 +60,7 @@ async def measure(role: str, model: str, dtype: str, method: str, drafter: str, 
     startup = time.perf_counter() - t0
     try:
         prompts = [await opening_prompt(engine, q) for q in questions]
-        await engine.generate([GenerationRequest(prompts[0], SamplingSpec(max_tokens=8))])  # first-call costs
+        await engine.generate([GenerationRequest(prompts[0], Sampling(max_tokens=8))])  # first-call costs
         long_prompt = ""
         for q in load_problems("gsm8k")[10:]:
             if engine.count_tokens(long_prompt) >= prefill_tokens:
@@ -71,15 +71,15 @@ async def measure(role: str, model: str, dtype: str, method: str, drafter: str, 
         for _ in range(3):
             await engine.reset_caches()
             t = time.perf_counter()
-            (r,) = await engine.generate([GenerationRequest(long_prompt, SamplingSpec(max_tokens=1))])
+            (r,) = await engine.generate([GenerationRequest(long_prompt, Sampling(max_tokens=1))])
             prefill.append(time.perf_counter() - t)
         num_prefill = r.num_prompt_tokens
         before, tokens, seconds = engine.stats().spec_decoding, 0, 0.0
         for p in prompts:
             await engine.reset_caches()
-            await engine.generate([GenerationRequest(p, SamplingSpec(max_tokens=1))])  # the prompt, prefilled
+            await engine.generate([GenerationRequest(p, Sampling(max_tokens=1))])  # the prompt, prefilled
             t = time.perf_counter()
-            (r,) = await engine.generate([GenerationRequest(p, SamplingSpec(max_tokens=max_tokens))])
+            (r,) = await engine.generate([GenerationRequest(p, Sampling(max_tokens=max_tokens))])
             seconds += time.perf_counter() - t
             tokens += r.completion.num_output_tokens
         spec = engine.stats().spec_decoding.minus(before)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workflows.eval.summary import MODES, recompute  # noqa: E402
+from stepspec.workflows.eval.summary import MODES, recompute  # noqa: E402
 
 MARKERS = {"throughput": "o", "latency": "^"}
 

@@ -23,7 +23,7 @@ the token ids equal those of ``none`` (from this run or ``--baseline-json``)::
         --draft /tmp/models/draft --configs none,ngram,draft,self \\
         --num-prompts 32 --max-tokens 256 --json out.json
 
-``engine``: stepspec's own ``engine.vllm_backend.VLLMEngine`` starts and runs a
+``engine``: stepspec's own ``stepspec.engine.vllm_backend.VLLMEngine`` starts and runs a
 short greedy generate, without and with ngram speculation; errors are recorded
 as they are raised (``--patch-unknown-args`` drops engine arguments that this
 vLLM does not know, to see whether the rest of the path works).
@@ -363,8 +363,8 @@ def cmd_engine(args) -> dict:
     import asyncio
 
     sys.path.insert(0, str(REPO))
-    from engine.types import GenerationRequest, SamplingSpec
-    from engine.vllm_backend import VLLMEngine
+    from stepspec.engine.types import GenerationRequest, Sampling
+    from stepspec.engine.vllm_backend import VLLMEngine
 
     if args.patch_unknown_args:
         import dataclasses
@@ -393,7 +393,7 @@ def cmd_engine(args) -> dict:
             t = time.perf_counter()
             await eng.start()
             rec["startup_s"] = round(time.perf_counter() - t, 1)
-            reqs = [GenerationRequest(p, SamplingSpec(max_tokens=args.max_tokens, temperature=0.0))
+            reqs = [GenerationRequest(p, Sampling(max_tokens=args.max_tokens, temperature=0.0))
                     for p in make_prompts(args.num_prompts)]
             t = time.perf_counter()
             res = await eng.generate(reqs)

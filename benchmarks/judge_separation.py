@@ -41,11 +41,11 @@ def auc(positive: list[float], negative: list[float]) -> float | None:
 
 
 async def rescore(samples: str, rubrics: list[str], target: str) -> None:
-    from engine.models import resolve_model
-    from engine.vllm_backend import VLLMEngine
-    from judges.base import StepCandidate
-    from judges.score import DEFAULT_RUBRIC, ScoreJudge
-    from orchestrator.prompts import opening_messages
+    from stepspec.engine.models import resolve_model
+    from stepspec.engine.vllm_backend import VLLMEngine
+    from stepspec.judges.base import StepCandidate
+    from stepspec.judges.score import DEFAULT_RUBRIC, ScoreJudge
+    from stepspec.orchestrator.prompts import opening_messages
 
     finals = []  # (correct, candidate)
     with open(samples) as f:

@@ -18,11 +18,11 @@ import json
 import sys
 import time
 
-from engine.config import EnginePair, build_engines
-from orchestrator.reasoner import Reasoner
-from orchestrator.budget import Budget
-from workflows.eval.datasets import load_dataset
-from workflows.eval.graders import get_grader
+from stepspec.engine.config import EnginePair, build_engines
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.orchestrator.budget import Budget
+from stepspec.workflows.eval.datasets import load_dataset
+from stepspec.workflows.eval.graders import get_grader
 
 ARMS = {
     "target-only": dict(strategy="target-only"),

@@ -16,8 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from routers.learned import LearnedRouter
-from routers.train import Label, labelled, labels, read_collection, roc_auc, routing_point, split_by_problem
+from stepspec.routers.learned import LearnedRouter
+from stepspec.routers.train import Label, labelled, labels, read_collection, roc_auc, routing_point, split_by_problem
 
 
 def evaluate(router_path: str, data_dir: str) -> dict:

@@ -34,15 +34,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.dtype import choose_dtype, cpu_info  # noqa: E402
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
-from engine.speculation import speculative_config  # noqa: E402
-from engine.vllm_runtime import ld_preload_with_intel_openmp  # noqa: E402
+from stepspec.engine.dtype import choose_dtype, cpu_info  # noqa: E402
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
+from stepspec.engine.speculation import speculative_config  # noqa: E402
+from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp  # noqa: E402
 from served import start_process, stop_server  # noqa: E402 (benchmarks/: the script's own folder)
-from orchestrator.prompts import reasoning_messages  # noqa: E402
-from orchestrator.strategies import STRATEGIES  # noqa: E402
-from workflows.eval.datasets import load_dataset  # noqa: E402
-from workflows.eval.graders import get_grader  # noqa: E402
+from stepspec.orchestrator.prompts import reasoning_messages  # noqa: E402
+from stepspec.orchestrator.strategies import STRATEGIES  # noqa: E402
+from stepspec.workflows.eval.datasets import load_dataset  # noqa: E402
+from stepspec.workflows.eval.graders import get_grader  # noqa: E402
 
 
 def free_port() -> int:
@@ -192,7 +192,7 @@ def main() -> None:
         finally:
             stop_server(proc)
         port = free_port()
-        serve_cmd = [sys.executable, "-c", "from workflows.cli.app import main; main()", "serve", "--port", str(port),
+        serve_cmd = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "serve", "--port", str(port),
                      "--kv-cache-gib", str(args.kv_cache_gib), "--max-tokens", str(args.max_tokens)]
         proc = start_process(serve_cmd, port, out / "stepspec_serve.log", env)
         try:

@@ -29,15 +29,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.token_speculation import pair_arguments  # noqa: E402
-from engine.models import resolve_model  # noqa: E402
-from engine.speculation import speculative_config, suffix_available  # noqa: E402
-from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
-from engine.vllm_backend import VLLMEngine  # noqa: E402
-from judges.likelihood import LikelihoodJudge  # noqa: E402
-from orchestrator.budget import Budget  # noqa: E402
-from orchestrator.stepgen import opening_prompt  # noqa: E402
-from orchestrator.strategies import STRATEGIES  # noqa: E402
-from workflows.eval.datasets import load_problems  # noqa: E402
+from stepspec.engine.models import resolve_model  # noqa: E402
+from stepspec.engine.speculation import speculative_config, suffix_available  # noqa: E402
+from stepspec.engine.types import GenerationRequest, Sampling  # noqa: E402
+from stepspec.engine.vllm_backend import VLLMEngine  # noqa: E402
+from stepspec.judges.likelihood import LikelihoodJudge  # noqa: E402
+from stepspec.orchestrator.budget import Budget  # noqa: E402
+from stepspec.orchestrator.stepgen import opening_prompt  # noqa: E402
+from stepspec.orchestrator.strategies import STRATEGIES  # noqa: E402
+from stepspec.workflows.eval.datasets import load_problems  # noqa: E402
 
 TEMPERATURE = 0.7
 
@@ -63,7 +63,7 @@ async def run_method(method: str, args, questions: list[str]) -> dict:
     budget = Budget(max_tokens=args.max_tokens, max_step_tokens=min(128, args.max_tokens))
     try:
         warm = await opening_prompt(engine, "What is 1 + 1?")
-        await engine.generate([GenerationRequest(warm, SamplingSpec(max_tokens=8))])  # warm-up
+        await engine.generate([GenerationRequest(warm, Sampling(max_tokens=8))])  # warm-up
         out: dict[str, list[dict]] = {"best-of-n-target": [], "tree-target": [], "siblings": []}
         for q in questions:
             out["best-of-n-target"].append(await measure(engine, lambda: STRATEGIES["best-of-n-target"].run(
@@ -74,7 +74,7 @@ async def run_method(method: str, args, questions: list[str]) -> dict:
 
             async def one_by_one() -> None:
                 for seed in range(args.n):
-                    await engine.generate([GenerationRequest(prompt, SamplingSpec(
+                    await engine.generate([GenerationRequest(prompt, Sampling(
                         max_tokens=args.max_tokens, temperature=TEMPERATURE, seed=seed))])
 
             out["siblings"].append(await measure(engine, one_by_one))

@@ -16,10 +16,10 @@ import json
 import statistics
 import sys
 
-from engine.config import EnginePair, build_engines
-from orchestrator.budget import Budget
-from orchestrator.reasoner import Reasoner
-from workflows.eval.datasets import load_dataset, select
+from stepspec.engine.config import EnginePair, build_engines
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.workflows.eval.datasets import load_dataset, select
 
 METHODS = ("draft", "suffix")
 

@@ -25,13 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
-from engine.speculation import speculative_config, suffix_available  # noqa: E402
-from engine.types import GenerationRequest, SamplingSpec  # noqa: E402
-from engine.vllm_backend import VLLMEngine  # noqa: E402
-from workflows.eval.datasets import load_problems  # noqa: E402
-from orchestrator.prompts import reasoning_messages  # noqa: E402
-from orchestrator.stepgen import opening_prompt as build_prompt  # noqa: E402
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
+from stepspec.engine.speculation import speculative_config, suffix_available  # noqa: E402
+from stepspec.engine.types import GenerationRequest, Sampling  # noqa: E402
+from stepspec.engine.vllm_backend import VLLMEngine  # noqa: E402
+from stepspec.workflows.eval.datasets import load_problems  # noqa: E402
+from stepspec.orchestrator.prompts import reasoning_messages  # noqa: E402
+from stepspec.orchestrator.stepgen import opening_prompt as build_prompt  # noqa: E402
 
 GiB = 2**30
 
@@ -46,13 +46,13 @@ async def run_method(method: str, target: str, draft: str, questions: list[str],
     try:
         prompts = [await build_prompt(engine, q) for q in questions]
         # warm-up: one short generation so first-call costs do not land on problem 1
-        await engine.generate([GenerationRequest(prompts[0], SamplingSpec(max_tokens=8))])
+        await engine.generate([GenerationRequest(prompts[0], Sampling(max_tokens=8))])
         before = engine.stats().spec_decoding
         per_problem = []
         outputs = []
         for p in prompts:
             t = time.perf_counter()
-            (r,) = await engine.generate([GenerationRequest(p, SamplingSpec(max_tokens=max_tokens))])
+            (r,) = await engine.generate([GenerationRequest(p, Sampling(max_tokens=max_tokens))])
             seconds = time.perf_counter() - t
             per_problem.append((r.completion.num_output_tokens, seconds))
             outputs.append(r.completion.token_ids)
@@ -84,7 +84,7 @@ async def judge_cost(target: str, question: str, reasoning_tokens: int):
     await engine.start()
     try:
         base = await build_prompt(engine, question)
-        (r,) = await engine.generate([GenerationRequest(base, SamplingSpec(max_tokens=reasoning_tokens))])
+        (r,) = await engine.generate([GenerationRequest(base, Sampling(max_tokens=reasoning_tokens))])
         reasoning = r.completion.text
 
         def judge_prompt(q: str) -> str:

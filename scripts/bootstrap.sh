@@ -41,7 +41,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   PATH="$PWD/$VENV/bin:$PATH" "${PIP[@]}" install -q --no-build-isolation arctic-inference==0.3.0
   echo "$WANT" > "$STAMP"
 fi
-"$VENV/bin/python" -c "import vllm, engine, workflows" 2>/dev/null || {
+"$VENV/bin/python" -c "import vllm, stepspec.engine, stepspec.workflows" 2>/dev/null || {
   echo "bootstrap: the environment in $VENV is broken (import vllm failed); delete $VENV and rerun" >&2
   exit 1
 }

@@ -137,7 +137,7 @@ def runner():
 
 
 def tiny_engine(path, **kwargs):
-    from engine.vllm_backend import VLLMEngine
+    from stepspec.engine.vllm_backend import VLLMEngine
 
     kwargs.setdefault("max_model_len", 512)
     kwargs.setdefault("kv_cache_gib", 0.25)

@@ -51,13 +51,13 @@ def test_no_bench_figure_in_a_docstring_or_comment_of_the_packages():
     """Figures go stale with every run; code cites the committed run that chose a default by
     its folder name, and its report holds the figures."""
     found = [f"{path.relative_to(ROOT)}:{line}: {sentence}"
-             for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+             for package in PACKAGES for path in sorted((ROOT / "stepspec" / package).rglob("*.py"))
              for line, text in _prose(path) for sentence in bench_figures(text)]
     assert not found, "bench figures in code (cite the run's folder instead):\n" + "\n".join(found)
 
 
-# Strings that name a role (common.states.Author), a run's state (common.states.RunStatus) or a
-# token method (engine.speculation.TokenMethod): code compares the enum members instead.
+# Strings that name a role (stepspec.common.states.Author), a run's state (stepspec.common.states.RunStatus) or a
+# token method (stepspec.engine.speculation.TokenMethod): code compares the enum members instead.
 NAMED_BY_ENUMS = {"draft", "target", "running", "complete", "incomplete", "interrupted", "failed",
                   "ngram", "suffix"}  # not "none": tool_choice has one too
 
@@ -81,6 +81,51 @@ def test_the_comparison_check_finds_a_role_or_state_compared_as_a_string():
 
 def test_roles_states_and_token_methods_are_compared_as_enum_members():
     found = [f"{path.relative_to(ROOT)}:{line}: {value!r}"
-             for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+             for package in PACKAGES for path in sorted((ROOT / "stepspec" / package).rglob("*.py"))
              for line, value in _string_comparisons(ast.parse(path.read_text()))]
     assert not found, "compare Author / RunStatus / TokenMethod members, not strings:\n" + "\n".join(found)
+
+
+def test_no_class_name_is_declared_twice():
+    seen: dict[str, str] = {}
+    twice = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / "stepspec" / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    if node.name in seen:
+                        twice.append(f"{node.name}: {seen[node.name]} and {where}")
+                    seen.setdefault(node.name, where)
+    assert len(seen) > 100 and twice == []
+
+
+ROLES = {"draft", "target"}
+
+
+def _string_roles(source: str) -> list[int]:
+    """Lines where code names a role by its string: a subscript, a ``.get`` or ``==`` with "draft" or
+    "target", or a dict keyed by roles (roles are ``Author`` members; a record whose fields are
+    named after them, ``{"seed": ..., "target": ..., "draft": ...}``, is not)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        texts = []
+        if isinstance(node, ast.Subscript):
+            texts = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            texts = node.args[:1]
+        elif isinstance(node, ast.Compare):
+            texts = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):  # keyed by role: most of its keys are roles (not a record of fields)
+            keys = [k for k in node.keys if isinstance(k, ast.Constant)]
+            texts = keys if 2 * sum(k.value in ROLES for k in keys) > len(keys) else []
+        lines += [t.lineno for t in texts if isinstance(t, ast.Constant) and t.value in ROLES]
+    return lines
+
+
+def test_roles_are_author_members_not_strings():
+    assert _string_roles('x = engines["draft"]\ny = d.get("target")\nz = {"draft": 1}\nw = role == "target"\n') == \
+        [1, 2, 3, 4]
+    found = [f"{path.relative_to(ROOT)}:{line}" for package in PACKAGES
+             for path in sorted((ROOT / "stepspec" / package).rglob("*.py")) for line in _string_roles(path.read_text())]
+    assert found == []

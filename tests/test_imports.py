@@ -7,9 +7,10 @@ from pathlib import Path
 def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
     code = (
         "import sys\n"
-        "import engine, orchestrator, judges, routers, workflows\n"
-        "import engine.vllm_backend, engine.openai_backend, engine.models, engine.speculation\n"
-        "import workflows.cli.app, workflows.eval.datasets, orchestrator.reasoner, orchestrator.strategies\n"
+        "import stepspec, stepspec.engine, stepspec.orchestrator, stepspec.judges, stepspec.routers, stepspec.workflows\n"
+        "from stepspec import Reasoner, ReasonerConfig, Agent\n"
+        "import stepspec.engine.vllm_backend, stepspec.engine.openai_backend, stepspec.engine.models, stepspec.engine.speculation\n"
+        "import stepspec.workflows.cli.app, stepspec.workflows.eval.datasets, stepspec.orchestrator.reasoner, stepspec.orchestrator.strategies\n"
         "heavy = sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules)\n"
         "print(','.join(heavy))\n"
     )
@@ -19,28 +20,28 @@ def test_importing_stepspec_packages_loads_neither_vllm_nor_torch():
 
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows")
+PACKAGES = ("common", "engine", "judges", "routers", "orchestrator", "workflows")  # the rooms of stepspec/
 # Layers, lowest first: a module imports only from lower layers or its own unit. Within
-# workflows/ each sub-package is a unit of its own.
+# stepspec/workflows/ each sub-package is a unit of its own.
 LAYER = {"common": 0, "engine": 1, "judges": 2, "routers": 2, "orchestrator": 3,
          "workflows.agents": 4, "workflows.eval": 4, "workflows.examples": 5, "workflows.routing": 5,
          "workflows.flows": 5, "workflows.align": 5, "workflows.serve": 6, "workflows.cli": 7}
 
 
 def _unit(module: str) -> str | None:
-    """The layer unit of a module name (workflows.eval.bench -> workflows.eval), or None if not ours."""
+    """The layer unit of a module name (stepspec.workflows.eval.bench -> workflows.eval), or None if not ours."""
     parts = module.split(".")
-    if parts[0] not in PACKAGES:
+    if len(parts) < 2 or parts[0] != "stepspec" or parts[1] not in PACKAGES:
         return None
-    if parts[0] == "workflows" and len(parts) > 1 and f"workflows.{parts[1]}" in LAYER:
-        return f"workflows.{parts[1]}"
-    return parts[0]
+    if parts[1] == "workflows" and len(parts) > 2 and f"workflows.{parts[2]}" in LAYER:
+        return f"workflows.{parts[2]}"
+    return parts[1]
 
 
 def _modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
+        for path in (ROOT / "stepspec" / package).rglob("*.py"):
             rel = path.relative_to(ROOT).with_suffix("")
             out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
     return out
@@ -58,10 +59,12 @@ def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def test_data_flows_one_way():
-    """common <- engine <- judges/routers <- orchestrator <- workflows, and inside workflows
+    """common <- engine <- stepspec/judges/routers <- orchestrator <- workflows, and inside workflows
     agents/eval <- examples/routing/flows <- cli: no import goes sideways or back up."""
     violations = []
-    for module, path in _modules().items():
+    modules = _modules()
+    assert _unit("stepspec.workflows.eval.bench") == "workflows.eval" and "stepspec.orchestrator.driver" in modules
+    for module, path in modules.items():
         unit = _unit(module)
         if unit not in LAYER:
             continue

@@ -1,11 +1,11 @@
-"""common/: atomic writes, tolerant JSON Lines reading, did-you-mean."""
+"""stepspec/common/: atomic writes, tolerant JSON Lines reading, did-you-mean."""
 
 import json
 
 import pytest
 
-from common.files import JsonlError, append_jsonl, atomic_write, atomic_write_json, read_jsonl
-from common.names import closest, did_you_mean
+from stepspec.common.files import JsonlError, append_jsonl, atomic_write, atomic_write_json, read_jsonl
+from stepspec.common.names import closest, did_you_mean
 
 
 def test_an_atomic_write_that_fails_leaves_the_old_file(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture
 def cpu_sampling_fix(torch):
-    from engine import cpu_sampling_fix  # imports torch
+    from stepspec.engine import cpu_sampling_fix  # imports torch
 
     return cpu_sampling_fix
 
@@ -42,7 +42,7 @@ def test_mismatched_lengths_are_an_error(torch, cpu_sampling_fix):
 
 def test_declared_as_a_vllm_plugin():
     plugins = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
-    assert plugins.get("stepspec_cpu_sampling_fix") == "engine.cpu_sampling_fix:register"
+    assert plugins.get("stepspec_cpu_sampling_fix") == "stepspec.engine.cpu_sampling_fix:register"
 
 
 @pytest.mark.vllm

@@ -1,13 +1,13 @@
 """dtype="auto": the fastest dtype on the machine at hand, chosen by its CPU flags and a timed
-probe cached per CPU model and matrix shape (engine/dtype.py). The probe itself is stood in
+probe cached per CPU model and matrix shape (stepspec/engine/dtype.py). The probe itself is stood in
 for here; tests/engine/test_pair.py runs the real engines in whatever auto picks."""
 
 import json
 
 import pytest
 
-import engine.dtype as dtype_module
-from engine.dtype import MIN_GAIN, cached_probe, choose_dtype, model_shape
+import stepspec.engine.dtype as dtype_module
+from stepspec.engine.dtype import MIN_GAIN, cached_probe, choose_dtype, model_shape
 
 
 @pytest.fixture

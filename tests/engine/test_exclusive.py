@@ -2,8 +2,8 @@
 
 import asyncio
 
-from engine.exclusive import TurnTaking
-from engine.types import GenerationRequest
+from stepspec.engine.exclusive import TurnTaking
+from stepspec.engine.types import GenerationRequest
 from fake_engine import ScriptedEngine
 
 

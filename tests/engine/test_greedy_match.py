@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.types import Completion, FinishReason, TokenLogprob
+from stepspec.engine.types import Completion, FinishReason, TokenLogprob
 from greedy_match import BF16_TIE, greedy_mismatch
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from engine import logs
+from stepspec.engine import logs
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +45,7 @@ def test_stepspecs_own_info_lines_go_to_the_run_log(tmp_path, capsys):
     """What an engine computes in and why is an INFO line of stepspec's: in the run log always."""
     log_file = tmp_path / "run.log"
     logging.config.dictConfig(logs.logging_config(log_file, 0))
-    logging.getLogger("engine.vllm_backend").info("engine 'target': dtype bfloat16 (measured)")
+    logging.getLogger("stepspec.engine.vllm_backend").info("engine 'target': dtype bfloat16 (measured)")
     assert "dtype bfloat16 (measured)" in log_file.read_text()
 
 
@@ -100,15 +100,15 @@ def test_a_real_engine_is_quiet_and_a_failed_start_shows_the_logs_tail(tiny_mode
     script = f"""
 import asyncio, sys
 from pathlib import Path
-from engine.logs import route_vllm_logs
+from stepspec.engine.logs import route_vllm_logs
 route_vllm_logs(Path({str(tmp_path)!r}), 0)
-from engine.protocol import EngineError
-from engine.types import GenerationRequest, SamplingSpec
-from engine.vllm_backend import VLLMEngine
+from stepspec.engine.protocol import EngineError
+from stepspec.engine.types import GenerationRequest, Sampling
+from stepspec.engine.vllm_backend import VLLMEngine
 
 async def main():
     async with VLLMEngine({str(tiny_model_path)!r}, name="tiny", kv_cache_gib=0.1, max_model_len=256) as e:
-        (r,) = await e.generate([GenerationRequest("1 + 1 =", SamplingSpec(max_tokens=4))])
+        (r,) = await e.generate([GenerationRequest("1 + 1 =", Sampling(max_tokens=4))])
         print("generated", len(r.completions[0].token_ids) > 0)
     try:
         await VLLMEngine({str(tiny_model_path)!r}, name="huge", max_model_len=10**7).start()

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from engine import models
-from engine.models import GGUFPreset, ModelError
+from stepspec.engine import models
+from stepspec.engine.models import GGUFPreset, ModelError
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests of engine.openai_backend.OpenAIEngine.
+"""Tests of stepspec.engine.openai_backend.OpenAIEngine.
 
 The first group needs no vLLM server: a dead port, a socket that never answers, and a
 small stub HTTP server with canned answers (retries, finish reasons, spec-decode
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.openai_backend import OpenAIEngine
-from engine.protocol import Engine, EngineError
-from engine.types import (
+from stepspec.engine.openai_backend import OpenAIEngine
+from stepspec.engine.protocol import Engine, EngineError
+from stepspec.engine.types import (
     ContinuationRequest,
     FinishReason,
     GenerationRequest,
-    SamplingSpec,
+    Sampling,
     ScoredToken,
 )
 from openai_server import free_port, start_vllm_server, stop_process, wait_healthy
@@ -205,8 +205,8 @@ def test_5xx_retried_then_error_4xx_not_retried(stub):
 
 
 def test_a_traces_session_id_goes_in_the_session_header_of_every_request(stub):
-    """A prefix-aware router keeps a trace on one replica by this header (engine.session)."""
-    from engine.session import TRACE_SESSION
+    """A prefix-aware router keeps a trace on one replica by this header (stepspec.engine.session)."""
+    from stepspec.engine.session import TRACE_SESSION
 
     stub.routes[("POST", "/v1/completions")] = (200, {"choices": [{"index": 0, "text": "ab", "finish_reason": "stop",
                                                                   "token_ids": [5, 6]}],
@@ -264,7 +264,7 @@ def test_finish_reasons_usage_and_spec_metrics_from_canned_answers(stub):
         finally:
             await engine.close()
 
-    [r] = _run(generate(GenerationRequest([1, 2, 3], SamplingSpec(max_tokens=500, seed=7))))
+    [r] = _run(generate(GenerationRequest([1, 2, 3], Sampling(max_tokens=500, seed=7))))
     c = r.completion
     assert (c.text, c.token_ids, c.finish_reason, c.stop_string) == (
         "ab",
@@ -312,7 +312,7 @@ def test_finish_reasons_usage_and_spec_metrics_from_canned_answers(stub):
             "usage": {"prompt_tokens": 1},
         },
     )
-    [r] = _run(generate(GenerationRequest("q", SamplingSpec(stop=("\n",)))))
+    [r] = _run(generate(GenerationRequest("q", Sampling(stop=("\n",)))))
     assert (r.completion.finish_reason, r.completion.stop_string) == (FinishReason.STOP, "\n")
     assert r.num_cached_prompt_tokens is None and r.completion.spec_decoding is None
     sent = _completion_hits(stub)[-1]
@@ -391,7 +391,7 @@ def test_score_continuations_prompt_logprobs(stub, caplog):
         async with OpenAIEngine(stub.url, "m") as engine:
             return await engine.score_continuations(requests), engine.stats()
 
-    with caplog.at_level("INFO", logger="engine.openai_backend"):
+    with caplog.at_level("INFO", logger="stepspec.engine.openai_backend"):
         (salted, text, top1), stats = _run(go())
     assert "scoring continuations with prompt_logprobs" in caplog.text
     assert text.tokens == (
@@ -442,7 +442,7 @@ def test_score_continuations_echo_fallback(stub, caplog, refusal):
             stub.hits.clear()
             return first, await engine.score_continuations([request, request])
 
-    with caplog.at_level("INFO", logger="engine.openai_backend"):
+    with caplog.at_level("INFO", logger="stepspec.engine.openai_backend"):
         [first], again = _run(go())
     assert "scoring continuations with echo" in caplog.text
     assert ("HTTP 400" if refusal == "refused" else "without prompt_logprobs") in caplog.text
@@ -588,9 +588,9 @@ def test_a_judge_never_blocks_the_event_loop(stub, tokenizer_dir, judge_name, to
     """While a judge waits for a slow server (SLOW_ANSWER_S an answer), the event loop keeps
     running: rendering the judge prompt and tokenizing send nothing, and whatever does go
     to the server (completions; /tokenize when the model's tokenizer is not here) is awaited."""
-    from judges.base import StepCandidate
-    from judges.likelihood import LikelihoodJudge
-    from judges.score import ScoreJudge
+    from stepspec.judges.base import StepCandidate
+    from stepspec.judges.likelihood import LikelihoodJudge
+    from stepspec.judges.score import ScoreJudge
 
     tok = _serve_model_slowly(stub, tokenizer_dir, delay_s=SLOW_ANSWER_S, root=None if tokenizer_here else "/no/such/model")
     draft = " 0.2 per minute"
@@ -676,7 +676,7 @@ def assert_same_rank(rank, want, known=None):
 
 async def _reference_outputs(model_path: Path, token_prompt: list[int]) -> dict:
     """What the in-process backend answers for the prompts the server tests use."""
-    from engine.vllm_backend import VLLMEngine
+    from stepspec.engine.vllm_backend import VLLMEngine
 
     engine = VLLMEngine(
         str(model_path),
@@ -687,9 +687,9 @@ async def _reference_outputs(model_path: Path, token_prompt: list[int]) -> dict:
     async with engine:
         greedy, logprobs, tokens = await engine.generate(
             [
-                GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS)),
-                GenerationRequest(PROMPT, SamplingSpec(max_tokens=4, logprobs=TOP_K)),
-                GenerationRequest(token_prompt, SamplingSpec(max_tokens=8)),
+                GenerationRequest(PROMPT, Sampling(max_tokens=MAX_TOKENS)),
+                GenerationRequest(PROMPT, Sampling(max_tokens=4, logprobs=TOP_K)),
+                GenerationRequest(token_prompt, Sampling(max_tokens=8)),
             ]
         )
         [next_token] = await engine.next_token_logprobs([PROMPT], top_k=TOP_K)
@@ -745,9 +745,9 @@ def test_matches_in_process_backend(served):
         async with OpenAIEngine(f"{base_url}/v1", SERVED_NAME) as engine:
             results = await engine.generate(
                 [
-                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS)),
-                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=4, logprobs=TOP_K)),
-                    GenerationRequest(ref["token_prompt"], SamplingSpec(max_tokens=8)),
+                    GenerationRequest(PROMPT, Sampling(max_tokens=MAX_TOKENS)),
+                    GenerationRequest(PROMPT, Sampling(max_tokens=4, logprobs=TOP_K)),
+                    GenerationRequest(ref["token_prompt"], Sampling(max_tokens=8)),
                 ]
             )
             [next_token] = await engine.next_token_logprobs([PROMPT], top_k=TOP_K)
@@ -839,15 +839,15 @@ def test_stop_strings_length_and_token_prompt(served):
         async with OpenAIEngine(base_url, SERVED_NAME) as engine:
             return await engine.generate(
                 [
-                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=MAX_TOKENS, stop=(stop,))),
+                    GenerationRequest(PROMPT, Sampling(max_tokens=MAX_TOKENS, stop=(stop,))),
                     GenerationRequest(
                         PROMPT,
-                        SamplingSpec(max_tokens=MAX_TOKENS, stop=(stop,), include_stop_str=True),
+                        Sampling(max_tokens=MAX_TOKENS, stop=(stop,), include_stop_str=True),
                     ),
-                    GenerationRequest(PROMPT, SamplingSpec(max_tokens=3)),
-                    GenerationRequest(ref["token_prompt"], SamplingSpec(max_tokens=3, logprobs=0)),
+                    GenerationRequest(PROMPT, Sampling(max_tokens=3)),
+                    GenerationRequest(ref["token_prompt"], Sampling(max_tokens=3, logprobs=0)),
                     GenerationRequest(
-                        PROMPT, SamplingSpec(max_tokens=3, temperature=1.0, seed=1, n=2)
+                        PROMPT, Sampling(max_tokens=3, temperature=1.0, seed=1, n=2)
                     ),
                 ]
             )
@@ -948,7 +948,7 @@ def test_over_long_prompt_carries_server_message(served):
 
     async def go():
         async with OpenAIEngine(base_url, SERVED_NAME) as engine:
-            await engine.generate([GenerationRequest(long_text, SamplingSpec(max_tokens=2))])
+            await engine.generate([GenerationRequest(long_text, Sampling(max_tokens=2))])
 
     with pytest.raises(EngineError) as e:
         _run(go())

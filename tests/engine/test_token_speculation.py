@@ -4,11 +4,13 @@ The tiny model's greedy output is repetitive, so n-gram and suffix lookup find
 real matches; used as its own draft model it must have every token accepted.
 """
 
+import json
+
 import pytest
 
 from conftest import tiny_engine
-from engine.speculation import speculative_config
-from engine.types import GenerationRequest, SamplingSpec
+from stepspec.engine.speculation import speculative_config
+from stepspec.engine.types import FinishReason, GenerationRequest, Sampling, Structured
 
 pytestmark = pytest.mark.vllm
 
@@ -21,7 +23,7 @@ MAX_TOKENS = 48
 
 
 def run_greedy(runner, engine):
-    requests = [GenerationRequest(p, SamplingSpec(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    requests = [GenerationRequest(p, Sampling(max_tokens=MAX_TOKENS)) for p in PROMPTS]
     runner.run(engine.start())
     try:
         before = engine.stats().spec_decoding
@@ -87,16 +89,16 @@ def test_model_as_its_own_draft_accepts_everything(tiny_model_path, runner, refe
 
 def test_a_request_a_stop_string_ends_reports_its_counters(tiny_model_path, runner):
     # vLLM finds stop strings in the front end and aborts the request in the core, which sent
-    # counters only with a request it finished itself (engine/stop_string_metrics.py).
+    # counters only with a request it finished itself (stepspec/engine/stop_string_metrics.py).
     config = speculative_config("draft", draft_model=str(tiny_model_path), num_speculative_tokens=3)
     engine = tiny_engine(tiny_model_path, name="self-draft-stop", speculative_config=config)
     runner.run(engine.start())
     try:
-        [whole] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], SamplingSpec(max_tokens=MAX_TOKENS))]))
+        [whole] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], Sampling(max_tokens=MAX_TOKENS))]))
         text = whole.completion.text
         stop = text[len(text) // 2:len(text) // 2 + 6]
         before = engine.stats().spec_decoding
-        [stopped] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], SamplingSpec(max_tokens=MAX_TOKENS,
+        [stopped] = runner.run(engine.generate([GenerationRequest(PROMPTS[0], Sampling(max_tokens=MAX_TOKENS,
                                                                                            stop=(stop,)))]))
         delta = engine.stats().spec_decoding.minus(before)
     finally:
@@ -118,3 +120,31 @@ def test_unknown_speculation_method_is_a_clear_error():
         speculative_config("medusa2")
     with pytest.raises(ValueError, match="needs a draft model"):
         speculative_config("draft")
+
+
+BOUND = {"type": "object", "properties": {"unit": {"enum": ["eggs", "clips"]}, "ok": {"type": "boolean"}},
+         "required": ["unit", "ok"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("method", ["none", "ngram", "suffix", "draft"])
+def test_a_bound_generation_follows_its_schema_under_each_token_method(method, tiny_model_path, runner):
+    """Structured outputs (a tool call's schema) compose with token-level speculation: whatever the
+    engine drafts, the text it returns is the schema's, and the grammar ends it. (Without
+    whitespace between JSON tokens: a random model would pad with it up to the budget.)"""
+    import jsonschema
+    from vllm.config import StructuredOutputsConfig
+
+    config = speculative_config(method, num_speculative_tokens=3,
+                                draft_model=str(tiny_model_path) if method == "draft" else None)
+    engine = tiny_engine(tiny_model_path, name=f"bound-{method}", speculative_config=config, engine_args={
+        "enforce_eager": True, "structured_outputs_config": StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)})
+    bound = Sampling(max_tokens=MAX_TOKENS, structured=Structured(json=json.dumps(BOUND)))
+    runner.run(engine.start())
+    try:
+        results = runner.run(engine.generate([GenerationRequest(p, bound) for p in PROMPTS]))
+    finally:
+        runner.run(engine.close())
+    for r in results:
+        c = r.completion
+        assert c.finish_reason is FinishReason.EOS, c.text
+        jsonschema.validate(json.loads(c.text), BOUND)

@@ -1,15 +1,15 @@
 import pytest
 
-from engine.stats import EngineStats, SpecDecodingStats
-from engine.types import GenerationRequest, NextTokenDistribution, SamplingSpec
+from stepspec.engine.stats import EngineStats, SpecDecodingStats
+from stepspec.engine.types import GenerationRequest, NextTokenDistribution, Sampling
 
 
 def test_sampling_spec_validates_and_normalizes():
-    assert SamplingSpec(stop="\n\n").stop == ("\n\n",)  # a lone string is one stop string
-    assert SamplingSpec(stop=["a", "b"]).stop == ("a", "b")
+    assert Sampling(stop="\n\n").stop == ("\n\n",)  # a lone string is one stop string
+    assert Sampling(stop=["a", "b"]).stop == ("a", "b")
     for bad in (dict(max_tokens=0), dict(n=0), dict(temperature=-1), dict(top_p=0)):
         with pytest.raises(ValueError):
-            SamplingSpec(**bad)
+            Sampling(**bad)
 
 
 def test_request_prompt_ids_become_a_tuple():
@@ -70,7 +70,7 @@ def test_from_histogram_worked_example():
 
 
 def test_finish_reason_from_vllm():
-    from engine.types import FinishReason
+    from stepspec.engine.types import FinishReason
 
     assert FinishReason.from_vllm("length", None) == (FinishReason.LENGTH, None)
     assert FinishReason.from_vllm("stop", "\n\n") == (FinishReason.STOP, "\n\n")

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from conftest import tiny_engine
-from engine.protocol import Engine, EngineError
-from engine.types import FinishReason, GenerationRequest, SamplingSpec
+from stepspec.engine.protocol import Engine, EngineError
+from stepspec.engine.types import FinishReason, GenerationRequest, Sampling
 
 pytestmark = pytest.mark.vllm
 LD_PRELOAD_AT_IMPORT = os.environ.get("LD_PRELOAD")  # before any engine of this module starts
@@ -32,7 +32,7 @@ def test_vllms_processes_run_intel_openmp_and_the_callers_environment_is_kept(ba
     while vLLM spawns them), without a Makefile; the caller's LD_PRELOAD is left as it was."""
     import psutil
 
-    from engine.vllm_runtime import INTEL_OPENMP, is_cpu_build
+    from stepspec.engine.vllm_runtime import INTEL_OPENMP, is_cpu_build
 
     if not is_cpu_build():
         pytest.skip("the CUDA build's processes keep their own OpenMP")
@@ -47,7 +47,7 @@ def test_vllms_threads_run_on_the_cores_this_process_may_use(base, monkeypatch):
     machine's first two); the engine's processes stay inside this process's cores."""
     import psutil
 
-    from engine.vllm_runtime import allowed_cpus
+    from stepspec.engine.vllm_runtime import allowed_cpus
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 2})
     assert allowed_cpus() == "2,3"
@@ -58,7 +58,7 @@ def test_vllms_threads_run_on_the_cores_this_process_may_use(base, monkeypatch):
 
 
 def greedy(max_tokens=32, **kw):
-    return SamplingSpec(max_tokens=max_tokens, temperature=0.0, **kw)
+    return Sampling(max_tokens=max_tokens, temperature=0.0, **kw)
 
 
 def test_implements_the_engine_protocol(base):
@@ -121,7 +121,7 @@ def test_stop_string_ends_the_completion(base, runner):
 
 
 def test_sampling_with_n_and_seed_is_reproducible(base, runner):
-    spec = SamplingSpec(max_tokens=12, temperature=1.0, n=3, seed=7)
+    spec = Sampling(max_tokens=12, temperature=1.0, n=3, seed=7)
     (a,) = runner.run(base.generate([GenerationRequest(PROMPTS[1], spec)]))
     (b,) = runner.run(base.generate([GenerationRequest(PROMPTS[1], spec)]))
     assert len(a.completions) == 3
@@ -205,9 +205,9 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(tmp_path, runner):
 
 
 def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runner):
-    from judges.base import StepCandidate
-    from judges.score import ScoreJudge
-    from orchestrator.prompts import opening_messages
+    from stepspec.judges.base import StepCandidate
+    from stepspec.judges.score import ScoreJudge
+    from stepspec.orchestrator.prompts import opening_messages
 
     judge = ScoreJudge(base, threshold=5)
     question = "Natalia sold 48 clips in April and half as many in May. How many in all?"
@@ -230,7 +230,7 @@ def test_score_judge_on_real_vllm_reuses_the_cached_reasoning_prefix(base, runne
 def test_continuation_scores_read_the_prefix_cache_and_equal_a_cache_free_computation(base, runner):
     """One prefill scores a given continuation; with the prefix cached, the positions past
     it equal a computation with nothing cached (the cached positions are never read)."""
-    from engine.types import ContinuationRequest
+    from stepspec.engine.types import ContinuationRequest
 
     prefix = PROMPTS[1] * 3  # long enough that whole KV blocks of it get cached
     (gen,) = runner.run(base.generate([GenerationRequest(prefix, greedy(12))]))
@@ -256,7 +256,7 @@ def test_continuation_positions_the_cache_hides_are_scored_without_a_prefill_of_
     """Text the engine wrote after a prefix is cached past the prefix, so vLLM's prompt
     logprobs of its first tokens are garbage; those positions are computed afresh, one token
     each, and the scores equal a computation with nothing cached."""
-    from engine.types import ContinuationRequest
+    from stepspec.engine.types import ContinuationRequest
 
     prefix = PROMPTS[1] * 3
     (gen,) = runner.run(base.generate([GenerationRequest(prefix, greedy(40))]))
@@ -284,7 +284,7 @@ def test_continuation_positions_the_cache_hides_are_scored_without_a_prefill_of_
 
 
 def test_a_continuation_past_the_context_window_is_a_clear_error(base, runner):
-    from engine.types import ContinuationRequest
+    from stepspec.engine.types import ContinuationRequest
 
     with pytest.raises(EngineError, match="prefix \\+ continuation is .* max_model_len"):
         runner.run(base.score_continuations([ContinuationRequest("x", tuple(range(5, 5 + base.max_model_len)))]))

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from engine.types import GenerationRequest, SamplingSpec
-from engine.vllm_backend import VLLMEngine
+from stepspec.engine.types import GenerationRequest, Sampling
+from stepspec.engine.vllm_backend import VLLMEngine
 
 pytestmark = pytest.mark.vllm
 
@@ -37,7 +37,7 @@ async def cancel_hanging_request(close_first: bool) -> HangingLLM:
     that is the cancellation itself."""
     llm = HangingLLM()
     engine = VLLMEngine("unused", name="e", llm=llm)
-    task = asyncio.create_task(engine.generate([GenerationRequest([1, 2, 3], SamplingSpec(max_tokens=4))]))
+    task = asyncio.create_task(engine.generate([GenerationRequest([1, 2, 3], Sampling(max_tokens=4))]))
     await llm.started.wait()
     if close_first:  # Ctrl-C in a bench: the engines close while their requests still wait
         await engine.close()

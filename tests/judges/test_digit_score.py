@@ -1,7 +1,7 @@
 import pytest
 
-from engine.types import NextTokenDistribution
-from judges.digit_score import digit_probabilities, read_score
+from stepspec.engine.types import NextTokenDistribution
+from stepspec.judges.digit_score import digit_probabilities, read_score
 
 
 def dist(*entries):

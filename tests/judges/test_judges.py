@@ -10,15 +10,15 @@ import asyncio
 
 import pytest
 
-from engine.protocol import Engine
+from stepspec.engine.protocol import Engine
 from fake_engine import ScriptedEngine
-from judges.base import Judge, JudgeError, StepCandidate
-from judges.cascade import CascadeJudge
-from judges.embedding import EmbeddingJudge
-from judges.equivalence import LLMEquivalenceJudge, p_yes
-from judges.exact import ExactJudge, normalize_step, numbers_in
-from judges.registry import JUDGES, judge_options, judge_options_model, make_judge
-from judges.score import ScoreJudge
+from stepspec.judges.base import Judge, JudgeError, StepCandidate
+from stepspec.judges.cascade import CascadeJudge
+from stepspec.judges.embedding import EmbeddingJudge
+from stepspec.judges.equivalence import LLMEquivalenceJudge, p_yes
+from stepspec.judges.exact import ExactJudge, normalize_step, numbers_in
+from stepspec.judges.registry import JUDGES, judge_options, judge_options_model, make_judge
+from stepspec.judges.score import ScoreJudge
 
 Q = "Janet's ducks lay 16 eggs per day. She eats three. How many are left?"
 STEP = "Janet eats 3 eggs, so 16 - 3 = 13 eggs remain."
@@ -154,7 +154,7 @@ STEP_TOKENS = ["She", " ate", " 16", " -", " 3", " =", " 13", "."]
 
 
 def test_likelihood_cuts_at_the_first_implausible_token_and_keeps_what_precedes_it():
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     engine = likelihood_engine({" ate": (-8.6, 7, " eats"), " 13": (-0.7, 2, " 9")})
     (floor,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=None).judge([scored_candidate(engine, STEP_TOKENS)]))
@@ -182,7 +182,7 @@ def test_likelihood_cuts_at_the_first_implausible_token_and_keeps_what_precedes_
 def test_likelihood_keeps_only_the_targets_greedy_tokens_of_a_tool_calls_step():
     from dataclasses import replace
 
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     tokens = ['{"', "name", '":', ' "', "maps", '",', ' "mode', '":', ' "', "public", " transit", '"}']
     engine = likelihood_engine({"public": (-1.2, 2, "transit")})  # plausible to a floor of -5, not the greedy token
@@ -198,7 +198,7 @@ def test_likelihood_lead_rule_holds_a_steps_first_tokens_to_the_targets_likelies
     drafted step frames its computation, not in a piece the draft writes on after a cut."""
     from dataclasses import replace
 
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     tokens = [" the", " number", " of", " fresh", " eggs", " left", ":", " 9", " -", " 3"]
     engine = likelihood_engine({" number": (-1.5, 2, " money"), " fresh": (-1.0, 2, " eggs")})
@@ -218,7 +218,7 @@ def test_likelihood_lead_rule_holds_a_steps_first_tokens_to_the_targets_likelies
 
 
 def test_likelihood_contrast_rule_reads_the_drafts_own_logprob():
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     engine = likelihood_engine({" 13": (-3.0, 2, " 9")})
     judge = LikelihoodJudge(engine, floor=None, math_max_rank=None, contrast=-2.0)
@@ -231,7 +231,7 @@ def test_likelihood_contrast_rule_reads_the_drafts_own_logprob():
 
 
 def test_likelihood_options_are_checked_with_the_valid_ones_named():
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     engine = likelihood_engine({})
     for bad, message in [(dict(floor=2.0), "floor must be < 0, or None, got 2.0"),
@@ -253,8 +253,8 @@ def test_likelihood_options_are_checked_with_the_valid_ones_named():
 
 def _judge_defaults():
     """Each judge's defaults as its constructor keywords had them before the options models."""
-    from judges.equivalence import DEFAULT_QUESTION
-    from judges.score import DEFAULT_RUBRIC
+    from stepspec.judges.equivalence import DEFAULT_QUESTION
+    from stepspec.judges.score import DEFAULT_RUBRIC
 
     return {"score": dict(threshold=7.0, method="expected", rubric=DEFAULT_RUBRIC, step_delimiter="\n\n", top_k=20),
             "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, lead_tokens=0,
@@ -266,7 +266,7 @@ def _judge_defaults():
 
 
 def test_a_judge_built_without_options_uses_its_options_models_defaults():
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     engine = ScriptedEngine()
     built_directly = {"score": ScoreJudge(engine), "likelihood": LikelihoodJudge(engine), "exact": ExactJudge(),
@@ -286,7 +286,7 @@ def test_a_judge_built_without_options_uses_its_options_models_defaults():
 
 
 def test_the_cascade_defaults_and_per_rung_options():
-    from judges.cascade import CascadeOptions, RungName
+    from stepspec.judges.cascade import CascadeOptions, RungName
 
     engine = ScriptedEngine()
     assert judge_options("cascade") == ("rungs", "score", "likelihood", "exact", "embedding", "llm-equivalence")
@@ -336,7 +336,7 @@ def test_a_bad_option_names_the_option_and_what_it_must_be(name, options, messag
 def test_options_models_validate_without_building_and_are_frozen():
     from pydantic import ValidationError
 
-    from judges.score import ScoreOptions
+    from stepspec.judges.score import ScoreOptions
 
     options = judge_options_model("score").build(threshold="6")  # no engine needed to check options
     assert options == ScoreOptions(threshold=6.0)
@@ -359,7 +359,7 @@ class ThreeTokens:
         self.logprobs = logprobs
 
     async def score_continuations(self, requests):
-        from engine.types import ContinuationScores, ScoredToken
+        from stepspec.engine.types import ContinuationScores, ScoredToken
 
         top = tuple(sorted(enumerate(self.logprobs), key=lambda e: -e[1]))
         rank = {tid: r for r, (tid, _) in enumerate(top, 1)}
@@ -377,7 +377,7 @@ def test_the_ratio_test_makes_drafted_samples_follow_the_targets_distribution():
     import math
     import random
 
-    from judges.likelihood import LikelihoodJudge, tempered
+    from stepspec.judges.likelihood import LikelihoodJudge, tempered
 
     target, draft = [math.log(x) for x in (0.6, 0.3, 0.1)], [math.log(x) for x in (0.2, 0.2, 0.6)]
     temperature = 0.7
@@ -414,7 +414,7 @@ def test_tempered_probabilities_bound_what_the_models_do_not_report():
     beside a reported 0.1)."""
     import math
 
-    from judges.likelihood import tempered
+    from stepspec.judges.likelihood import tempered
 
     reported = {0: math.log(0.1)}
     assert abs(tempered(reported, 1.0, [math.log(0.1)])[0] - 0.1) < 1e-12

@@ -11,14 +11,14 @@ import pytest
 from fake_engine import ScriptedEngine
 from trace_scenarios import DRAFT_STEPS, TARGET_STEPS, Q, run_all, script, without_timings
 
-from engine.protocol import EngineError
-from orchestrator.budget import Budget
-from orchestrator.driver import Backoff, Policy, StrategyError, StrategyOptions, TargetOpening, drive
-from orchestrator.goodput import GoodputGovernor
-from orchestrator.reasoner import Reasoner
-from orchestrator.run import ReasoningError
-from orchestrator.strategies import STRATEGIES, check_options, get_strategy
-from orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
+from stepspec.engine.protocol import EngineError
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.driver import Backoff, Policy, StrategyError, StrategyOptions, TargetOpening, drive
+from stepspec.orchestrator.goodput import GoodputGovernor
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.orchestrator.run import ReasoningError
+from stepspec.orchestrator.strategies import STRATEGIES, check_options, get_strategy
+from stepspec.orchestrator.trace import Author, StepRecord, StopReason, Trace, Work
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -266,7 +266,7 @@ def test_a_search_that_stops_in_thinking_gets_its_answer_written_by_the_driver()
         name, needs_target_step, needs_draft_tokens, draft_top_k = "rate", False, False, 0
 
         async def judge(self, candidates):
-            from judges.base import Verdict
+            from stepspec.judges.base import Verdict
 
             return [Verdict(self.name, True, score=5.0) for _ in candidates]
 
@@ -285,7 +285,7 @@ def test_every_strategy_is_a_short_policy():
             yield from policies(sub)
 
     found = {p.__name__: len(inspect.getsource(p).splitlines()) for p in policies(Policy)
-             if p.__module__.startswith("orchestrator.")}
+             if p.__module__.startswith("stepspec.orchestrator.")}
     assert {"OneModel", "SpecReason", "Lookahead", "SpecThinking", "Arbitrage", "ArbitrageOracle", "TreeSearch",
             "BestOfN"} <= set(found)
     # a step policy fits in 60 lines; a search's (tree: expand, beam, choose) in 75
@@ -295,8 +295,8 @@ def test_every_strategy_is_a_short_policy():
 
 
 def test_every_engine_call_of_a_trace_carries_its_session_and_traces_differ():
-    """engine.session: the driver gives each trace a session id (or keeps its caller's)."""
-    from engine.session import TRACE_SESSION
+    """stepspec.engine.session: the driver gives each trace a session id (or keeps its caller's)."""
+    from stepspec.engine.session import TRACE_SESSION
     from strategy_runs import specreason
 
     seen: list[str | None] = []
@@ -326,7 +326,7 @@ class _AcceptAll:
     name = "accept-all"
 
     async def judge(self, candidates):
-        from judges.base import Verdict
+        from stepspec.judges.base import Verdict
 
         return [Verdict(self.name, True, score=9.0) for _ in candidates]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.steps import StepRules, find_answer, inside_code_block, last_boxed, split_steps
+from stepspec.orchestrator.steps import StepRules, find_answer, inside_code_block, last_boxed, split_steps
 
 
 def test_split_on_blank_lines():
@@ -63,7 +63,7 @@ def test_custom_answer_pattern_and_bad_rules():
 
 
 def test_answers_and_thinking_blocks():
-    from orchestrator.steps import inside_thinking
+    from stepspec.orchestrator.steps import inside_thinking
 
     # the answer after </think> wins over a boxed guess while thinking
     assert find_answer("<think>maybe \\boxed{17}</think>So the total is \\boxed{18}.") == "18"

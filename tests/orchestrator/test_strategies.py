@@ -3,19 +3,19 @@
 
 import pytest
 
-from engine.protocol import EngineError
+from stepspec.engine.protocol import EngineError
 from fake_engine import ScriptedEngine
 from scripted import DRAFT_STEPS, Q, TARGET_STEPS, FixedJudge, run, script
-from judges.base import JudgeError, Verdict
-from judges.exact import ExactJudge
+from stepspec.judges.base import JudgeError, Verdict
+from stepspec.judges.exact import ExactJudge
 from strategy_runs import draft_only, target_only
-from orchestrator.budget import Budget
-from orchestrator.driver import StrategyError
-from orchestrator.prompts import Chat
-from orchestrator.run import ReasoningError
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.driver import StrategyError
+from stepspec.orchestrator.prompts import Chat
+from stepspec.orchestrator.run import ReasoningError
 from strategy_runs import specreason
-from orchestrator.steps import StepRules
-from orchestrator.trace import Trace
+from stepspec.orchestrator.steps import StepRules
+from stepspec.orchestrator.trace import Trace
 
 
 def test_baselines_cut_steps_and_stop_at_the_answer():
@@ -197,7 +197,7 @@ def test_likelihood_verifier_ends_are_target_only_and_draft_only_on_real_vllm(ti
     """The likelihood judge's knob, both ends: rank limit 1 (only the target's greedy
     token is plausible) writes exactly target-only's text, keeping the drafted tokens
     the target agrees with; a floor nothing falls under keeps the draft's text."""
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
     from strategy_runs import lookahead
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
@@ -224,7 +224,7 @@ def test_tree_on_the_likelihood_verifier_ends_is_target_only_and_draft_only_on_r
     chosen branch is target-only's text (also with the target proposing the first depths,
     the default); with a floor nothing falls under and the draft proposing from the first
     depth, draft-only's."""
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
     from strategy_runs import tree
 
     (draft, target), (t_only, d_only) = tiny_pair, baselines
@@ -244,7 +244,7 @@ def test_tree_on_the_likelihood_verifier_ends_is_target_only_and_draft_only_on_r
 
 
 def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writes_the_rest():
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     draft = script("16 - 3 = 13 eggs.\n\n", "13 - 4 = 8 eggs.\n\n", "So she makes \\boxed{16}.")
 
@@ -274,7 +274,7 @@ def test_specreason_keeps_the_plausible_prefix_of_a_cut_step_and_the_target_writ
 def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts_on():
     """draft_after_cut: the first cuts of a step cost the target one token each (the step stays
     open and the draft drafts on, judged again); past the limit the target writes the rest."""
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     def draft_writes(prompt: str) -> str:
         if prompt.endswith("= 9"):
@@ -318,8 +318,8 @@ def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generatio
     (None) for a token that ends generation, holds a stop string, or that no tokenizer can tell."""
     import asyncio
 
-    from judges.base import CutRule, TokenCut
-    from orchestrator.run import TraceRun
+    from stepspec.judges.base import CutRule, TokenCut
+    from stepspec.orchestrator.run import TraceRun
 
     target = ScriptedEngine("target")
     nine, end, blank = target.token_id(" 9"), target.token_id("<|end|>"), target.token_id("\n\n")
@@ -347,7 +347,7 @@ def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generatio
 def test_specreason_keeps_a_step_the_draft_wrote_confidently_without_the_targets_check():
     """confident_logprob: a drafted step whose every token the draft wrote with at least that
     logprob joins the trace unchecked; a less sure one is verified as before."""
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
 
     def solve(logprob, **options):
         draft = script(*DRAFT_STEPS)
@@ -369,8 +369,8 @@ def test_specreason_keeps_a_step_the_draft_wrote_confidently_without_the_targets
 
 
 def test_goodput_governor_drafts_alone_and_backs_off_when_target_steps_are_cheaper_under_load():
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     g = GoodputGovernor(min_samples=2, explore_every=5)
     g.enter()
@@ -405,8 +405,8 @@ def test_goodput_governor_bounds_exploration_carries_verdicts_and_restores():
     its steps ended impure (drafting's: or are in flight), then the target, the baseline,
     writes; a verdict carries to the loads it implies; a governor restored from a snapshot
     decides as the one that took it."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     g = GoodputGovernor(min_samples=2, max_spoiled=5, explore_every=50)
     for _ in range(3):
@@ -457,8 +457,8 @@ def test_goodput_governor_measures_only_steps_no_step_of_the_other_mode_ran_besi
     the reverse) is not a rate of its mode. The target's openings are no samples and belong
     to neither mode (they run in both regimes). A wave of 25: openings, then target steps
     (pure), then drafted steps, measured once the last target step has ended."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     now = [0.0]
     # max_spoiled above the load: the whole wave may draft at once (see the next test for the bound)
@@ -505,8 +505,8 @@ def test_goodput_governor_counts_drafted_steps_in_flight_against_exploration():
     so with 25 in flight 8 begin, not one per trace before the first has ended (none of them
     runs pure beside the target's steps); the target's exploration costs nothing against the
     baseline and is bounded by its ended steps only."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     g = GoodputGovernor(min_samples=2, max_spoiled=8, explore_every=1000)
     for _ in range(25):
@@ -527,8 +527,8 @@ def test_goodput_governor_counts_drafted_steps_in_flight_against_exploration():
 
 def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
     """The first step carries the question's prefill: its seconds per token are not its mode's."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     for draft_opening in (False, True):  # drafting from the first step, or the opening drafted
         g = GoodputGovernor()
@@ -542,10 +542,10 @@ def test_a_drafted_opening_is_the_governors_choice_but_no_sample():
 @pytest.mark.parametrize("strategy", ["specreason", "arbitrage"])
 def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
     """Many problems in flight, target steps measured cheaper per token: the target writes."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
-    from orchestrator.reasoner import Reasoner
-    from routers.threshold import ThresholdRouter
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
+    from stepspec.orchestrator.reasoner import Reasoner
+    from stepspec.routers.threshold import ThresholdRouter
 
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
@@ -571,8 +571,8 @@ def test_drafting_strategies_back_off_under_load_and_record_it(strategy):
 def test_problems_given_together_are_in_flight_from_their_first_decision():
     """solve_many's problems start together: the first one's first step is decided at their
     load, not alone (where the draft always drafts) before the others have entered."""
-    from orchestrator.reasoner import Reasoner
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.trace import Author
 
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = 0.001  # each call yields: the problems are in flight together
@@ -590,8 +590,8 @@ def test_problems_given_together_are_in_flight_from_their_first_decision():
 def test_backing_off_with_backoff_tokens_the_target_writes_its_steps_in_one_call():
     """backoff_tokens: where drafting does not pay, one generation holds the target's next
     steps (each a record of its own, counted), up to the one that ends the trace."""
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     def loaded():
         g = GoodputGovernor()
@@ -623,7 +623,7 @@ def test_under_load_the_default_specreason_is_target_only_in_one_generation():
     """The defaults (backoff_tokens 640, the drafted opening): where the governor gives a trace's
     first step to the target, the target writes the whole trace in one call, as target-only
     writes alone; the draft writes nothing. Alone, it drafts."""
-    from orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.goodput import GoodputGovernor
 
     def rest(prompt: str) -> str:
         n = prompt.split("<|assistant|>")[-1].count("\n\n")
@@ -642,7 +642,7 @@ def test_under_load_the_default_specreason_is_target_only_in_one_generation():
 
 
 def test_a_reasoner_starts_only_the_engines_its_strategy_uses():
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.reasoner import Reasoner
 
     for strategy, used in (("draft-only", ["draft"]), ("target-only", ["target"]),
                            ("specreason", ["target", "draft"])):

@@ -5,19 +5,19 @@ import asyncio
 
 import pytest
 
-from engine.protocol import EngineError
+from stepspec.engine.protocol import EngineError
 from fake_engine import ScriptedEngine
-from judges.base import JudgeError, Verdict
+from stepspec.judges.base import JudgeError, Verdict
 from strategy_runs import target_only
-from orchestrator.lookahead import GammaController
+from stepspec.orchestrator.lookahead import GammaController
 from strategy_runs import lookahead
-from orchestrator.reasoner import Reasoner
-from orchestrator.budget import Budget
-from orchestrator.run import ReasoningError, StepDelimiterError
-from orchestrator.spec_thinking import reflection_cue
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.run import ReasoningError, StepDelimiterError
+from stepspec.orchestrator.spec_thinking import reflection_cue
 from strategy_runs import spec_thinking
 from strategy_runs import specreason
-from orchestrator.strategies import StrategyError, get_strategy
+from stepspec.orchestrator.strategies import StrategyError, get_strategy
 from scripted import DRAFT_STEPS, TARGET_STEPS, FixedJudge, Q, run, script
 
 

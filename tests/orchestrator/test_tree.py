@@ -6,18 +6,18 @@ import re
 
 import pytest
 
-from engine.types import Completion, FinishReason, GenerationResult
+from stepspec.engine.types import Completion, FinishReason, GenerationResult
 from fake_engine import ScriptedEngine
-from judges.base import CutRule, StepCandidate, TokenCut, Verdict
+from stepspec.judges.base import CutRule, StepCandidate, TokenCut, Verdict
 from strategy_runs import best_of_n, best_of_n_target
-from orchestrator.driver import StrategyError
-from orchestrator.reasoner import Reasoner
-from orchestrator.budget import Budget
-from orchestrator.steps import answer_key
-from orchestrator.trace import Trace
-from orchestrator.tree import load_tree
+from stepspec.orchestrator.driver import StrategyError
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.steps import answer_key
+from stepspec.orchestrator.trace import Trace
+from stepspec.orchestrator.tree import load_tree
 from strategy_runs import tree, tree_target
-from orchestrator.verify_queue import JudgeQueue
+from stepspec.orchestrator.verify_queue import JudgeQueue
 
 Q = "What is 3 + 4?"
 
@@ -175,7 +175,7 @@ def test_with_a_token_level_verifier_the_target_repairs_a_branch_at_its_latest_c
     # the terminal picture says what each node's score is
     from rich.console import Console
 
-    from workflows.cli.tree_view import rich_tree
+    from stepspec.workflows.cli.tree_view import rich_tree
 
     console = Console(record=True, width=150)
     console.print(rich_tree(trace))
@@ -393,8 +393,8 @@ def test_best_of_n_lets_the_target_sample_each_solution_s_opening_and_the_draft_
 
 
 def test_best_of_n_backs_off_to_whole_target_samples_when_drafting_does_not_pay_at_the_load():
-    from orchestrator.goodput import GoodputGovernor
-    from orchestrator.trace import Author
+    from stepspec.orchestrator.goodput import GoodputGovernor
+    from stepspec.orchestrator.trace import Author
 
     def loaded(others):
         g = GoodputGovernor()
@@ -445,7 +445,7 @@ def test_tree_search_on_tiny_real_models(tiny_pair, runner):
     draft, target = cold(runner, *tiny_pair)
     r = Reasoner(target, draft, strategy="tree", judge="score", judge_options={"top_k": 512, "threshold": 0.0},
                  budget=Budget(max_tokens=24, max_step_tokens=6), k=3, beam=2, max_depth=3,
-                 rules=__import__("orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
+                 rules=__import__("stepspec.orchestrator.steps", fromlist=["StepRules"]).StepRules(delimiter="ge"))
     solutions = runner.run(r.asolve_many([Q, "What is 5 + 6?"]))
     for s in solutions:
         g = load_tree(Trace.from_json(s.trace.to_json()))
@@ -463,7 +463,7 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tiny_pair, runner
     """The defaults on real vLLM: tree ranks branches by plausible share; best-of-n writes its
     sampled solutions under speculative sampling's test (cuts by ratio, a resampled token the
     target writes on from), all n per round in one batch."""
-    from orchestrator.steps import StepRules
+    from stepspec.orchestrator.steps import StepRules
 
     draft, target = cold(runner, *tiny_pair)
     opts = dict(budget=Budget(max_tokens=24, max_step_tokens=6, max_cut_steps=None), rules=StepRules(delimiter="ge"))
@@ -483,7 +483,7 @@ def test_search_on_the_likelihood_verifier_on_tiny_real_models(tiny_pair, runner
 def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
     from rich.console import Console
 
-    from workflows.cli.tree_view import draw_tree, rich_tree
+    from stepspec.workflows.cli.tree_view import draw_tree, rich_tree
 
     trace = asyncio.run(tree(Q, draft=Sampler("d", lambda p, s: f"x{s % 2} [s=7]\n\n" if depth_of(p) < 2 else "\\boxed{1} [s=8]"),
                              target=Sampler("t", lambda p, s: ""), judge=TextScore(), k=2, beam=2,
@@ -499,11 +499,11 @@ def test_tree_is_shown_in_the_terminal_and_drawn(tmp_path):
 
 def test_search_strategies_run_in_the_bench_with_their_paired_baselines(tmp_path):
     from scripted import engines, write_problems
-    from workflows.eval.bench import BenchSpec
-    from workflows.eval.bench_run import run_bench
+    from stepspec.workflows.eval.bench import BenchSettings
+    from stepspec.workflows.eval.bench_run import run_bench
 
     data = write_problems(tmp_path / "p.jsonl", n=3)
-    spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
+    spec = BenchSettings(dataset=str(data), question_field="q", answer_field="a",
                      strategies=("target-only", "tree", "tree-target", "best-of-n", "best-of-n-target"),
                      strategy_options={"tree": {"k": 2, "beam": 2}, "tree-target": {"k": 2, "beam": 2},
                                        "best-of-n": {"n": 3}, "best-of-n-target": {"n": 3}})
@@ -528,7 +528,7 @@ def test_solve_shows_and_draws_the_tree_on_real_vllm(tmp_path_factory):
                                       tie_word_embeddings=False) for seed in (0, 1))
     out = tmp_path_factory.mktemp("tree")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "How many eggs are left?",
+        [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "solve", "How many eggs are left?",
          "--strategy", "tree", "--opt", "k=2", "--opt", "beam=2", "--opt", "max_depth=3",
          "--judge-opt", "floor=-8", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "6", "--max-tokens", "24", "--kv-cache-gib", "0.25",

@@ -14,17 +14,17 @@ import sys
 import pytest
 
 from fake_engine import ScriptedEngine
-from orchestrator.arbitrage import ArbitrageOracle
-from orchestrator.driver import StrategyOptions, drive
+from stepspec.orchestrator.arbitrage import ArbitrageOracle
+from stepspec.orchestrator.driver import StrategyOptions, drive
 from strategy_runs import arbitrage, arbitrage_oracle
 from strategy_runs import draft_only, target_only
-from orchestrator.reasoner import Reasoner
-from routers.base import Action, Decision, RouterError, RoutingExample, RoutingState
-from routers.features import HEAD_TOKENS, SCALAR_FEATURES, FeatureSet, featurize, scalar_features
-from routers.learned import LearnedOptions, LearnedRouter
-from routers.registry import make_router, router_options_model
-from routers.threshold import ThresholdOptions, ThresholdRouter
-from routers.train import (
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.routers.base import Action, Decision, RouterError, RoutingExample, RoutingState
+from stepspec.routers.features import HEAD_TOKENS, SCALAR_FEATURES, FeatureSet, featurize, scalar_features
+from stepspec.routers.learned import LearnedOptions, LearnedRouter
+from stepspec.routers.registry import make_router, router_options_model
+from stepspec.routers.threshold import ThresholdOptions, ThresholdRouter
+from stepspec.routers.train import (
     CurvePoint,
     choose_tau,
     read_examples,
@@ -280,7 +280,7 @@ def test_router_train_and_info_cli(tmp_path, torch):
     data.mkdir()
     lines = [json.dumps(ex.to_dict()) for ex in synthetic()]
     (data / "examples.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:50])  # a cut-off last line
-    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "router"]
+    cli = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "router"]
     env = {**os.environ, "COLUMNS": "300"}  # no wrapped lines
     r = subprocess.run(cli + ["train", str(data), "--out", str(tmp_path / "r.pt"), "--no-embedding",
                               "--target-budget", "0.3"], capture_output=True, text=True, timeout=300, env=env)
@@ -347,7 +347,7 @@ def score_by_number(prompt: str):
 
 
 def test_arbitrage_oracle_keeps_the_better_step_and_reports_both():
-    from judges.score import ScoreJudge
+    from stepspec.judges.score import ScoreJudge
 
     examples = []
     target = script(TARGET_STEPS, "target", next_token=score_by_number)
@@ -387,7 +387,7 @@ def test_reasoner_wires_routers_and_refuses_bad_ones(tmp_path):
     with pytest.raises(RouterError, match="router 'threshold' has no option 'tau'. Its options: min_confidence, "
                                           "statistic"):
         Reasoner(t, d, strategy="arbitrage", router="threshold", router_options={"tau": 0.3})
-    from judges.base import JudgeError
+    from stepspec.judges.base import JudgeError
 
     with pytest.raises(JudgeError, match="rates each candidate"):
         asyncio.run(arbitrage_oracle(Q, draft=d, target=t, judge=_Compare()))
@@ -402,12 +402,12 @@ class _Compare:
 
 def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
     from scripted import engines, write_problems
-    from workflows.eval.bench import BenchSpec
-    from workflows.eval.bench_run import run_bench
-    from workflows.eval.rundir import read_samples
+    from stepspec.workflows.eval.bench import BenchSettings
+    from stepspec.workflows.eval.bench_run import run_bench
+    from stepspec.workflows.eval.rundir import read_samples
 
     data = write_problems(tmp_path / "p.jsonl", n=4)
-    spec = BenchSpec(dataset=str(data), question_field="q", answer_field="a",
+    spec = BenchSettings(dataset=str(data), question_field="q", answer_field="a",
                      strategies=("target-only", "specreason", "arbitrage", "arbitrage-oracle"),
                      strategy_options={"arbitrage": {"router": "threshold"}, "specreason": {"judge": "score"}})
     results = asyncio.run(run_bench(spec, tmp_path / "run", engines=engines()))
@@ -428,7 +428,7 @@ def test_arbitrage_runs_in_the_bench_beside_the_others(tmp_path):
 def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_path_factory):
     from tiny_models import build_tiny_model
     from conftest import tiny_engine
-    from workflows.routing.collect import CollectError, CollectSpec, collect
+    from stepspec.workflows.routing.collect import CollectError, CollectSettings, collect
 
     tmp = tmp_path_factory.mktemp("collect")
     paths = [build_tiny_model(tmp_path_factory.mktemp(f"m{s}"), seed=s, weight_std=0.5, tie_word_embeddings=False)
@@ -436,7 +436,7 @@ def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_
     data = tmp / "train.jsonl"
     data.write_text("".join(json.dumps({"question": f"Tom has {n} apples and buys 3 more. How many?",
                                         "answer": str(n + 3)}) + "\n" for n in (4, 7, 9)))
-    spec = CollectSpec(source=str(data), num_problems=3, target=str(paths[0]), draft=str(paths[1]),
+    spec = CollectSettings(source=str(data), num_problems=3, target=str(paths[0]), draft=str(paths[1]),
                        target_spec="none", delimiter="ge", max_step_tokens=8, max_tokens=24, max_steps=3,
                        judge_options={"top_k": 512})  # the whole tiny vocabulary: the digits are always there
 
@@ -476,34 +476,34 @@ def test_collect_on_tiny_real_models_writes_well_formed_records_and_resumes(tmp_
 
 
 def test_collect_refuses_evaluation_problems(tmp_path):
-    from workflows.eval.datasets import load_dataset
-    from workflows.routing.collect import CollectError, CollectSpec, training_problems
+    from stepspec.workflows.eval.datasets import load_dataset
+    from stepspec.workflows.routing.collect import CollectError, CollectSettings, training_problems
 
     gsm = load_dataset("gsm8k").problems
     data = tmp_path / "mine.jsonl"
     data.write_text(json.dumps({"question": "A fresh question: 2 + 2?", "answer": "4"}) + "\n"
                     + json.dumps({"question": gsm[5].question, "answer": "1"}) + "\n")
     with pytest.raises(CollectError, match="1 questions \\(lines 2\\) are in the evaluation sets or near dup"):
-        training_problems(CollectSpec(source=str(data)))
+        training_problems(CollectSettings(source=str(data)))
     with pytest.raises(CollectError, match="evaluation set"):
-        training_problems(CollectSpec(source="gsm8k"))
+        training_problems(CollectSettings(source="gsm8k"))
 
 
 def test_collect_generates_training_problems_reproducibly():
     pytest.importorskip("reasoning_gym", reason="generated problems need stepspec[router]")
-    from workflows.routing.collect import CollectError, CollectSpec, training_problems
+    from stepspec.workflows.routing.collect import CollectError, CollectSettings, training_problems
 
-    generated = training_problems(CollectSpec(num_problems=5, seed=1))
-    assert CollectSpec().source == "generated"
+    generated = training_problems(CollectSettings(num_problems=5, seed=1))
+    assert CollectSettings().source == "generated"
     assert len(generated) == 5 and all(p.question and p.reference.strip() for p in generated)
     assert [p.question for p in generated] == [p.question for p in
-                                               training_problems(CollectSpec(num_problems=5, seed=1))]
+                                               training_problems(CollectSettings(num_problems=5, seed=1))]
     with pytest.raises(CollectError, match="GSM8K test problems"):
-        training_problems(CollectSpec(source="gsm-symbolic"))
+        training_problems(CollectSettings(source="gsm-symbolic"))
 
 
 def test_router_collect_cli_refuses_an_evaluation_set_before_loading_models(tmp_path):
-    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "router", "collect"]
+    cli = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "router", "collect"]
     r = subprocess.run(cli + ["--source", "gsm8k", "--output-dir", str(tmp_path / "c")], capture_output=True,
                        text=True, timeout=120, env={**os.environ, "COLUMNS": "300"})
     assert r.returncode == 2 and "is an evaluation set" in r.stderr and "Traceback" not in r.stderr
@@ -514,17 +514,17 @@ def test_router_collect_cli_refuses_an_evaluation_set_before_loading_models(tmp_
 
 
 def write_collection(directory, examples):
-    from workflows.routing.collect import CollectSpec
+    from stepspec.workflows.routing.collect import CollectSettings
 
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "collect.json").write_text(json.dumps({"config": CollectSpec().model_dump(mode="json"),
+    (directory / "collect.json").write_text(json.dumps({"config": CollectSettings().model_dump(mode="json"),
                                                         "sessions": []}))
     (directory / "examples.jsonl").write_text("".join(json.dumps(ex.to_dict()) + "\n" for ex in examples))
 
 
 def test_verify_labels_each_collected_step_once_and_train_reads_the_labels(tmp_path):
-    from routers.train import read_collection
-    from workflows.routing.verify import verify_collection
+    from stepspec.routers.train import read_collection
+    from stepspec.workflows.routing.verify import verify_collection
 
     def example(pid, prev, step, complete=True):
         s = RoutingState("How many eggs?", tuple(prev), ("draft",) * len(prev), step, (-0.1,) * len(step.split()),

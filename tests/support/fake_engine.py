@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any, Callable, Mapping, Sequence
 
-from engine.stats import EngineStats
-from engine.types import (
+from stepspec.engine.stats import EngineStats
+from stepspec.engine.types import (
     Completion,
     ContinuationRequest,
     ContinuationScores,
@@ -22,6 +22,7 @@ from engine.types import (
     GenerationResult,
     NextTokenDistribution,
     Prompt,
+    Sampling,
     ScoredToken,
     TokenLogprob,
 )
@@ -73,6 +74,7 @@ class ScriptedEngine:
         self.delay = delay  # seconds each generate call waits (yielding to other traces); None: no wait
         self.scored: list[tuple[str, list[str]]] = []  # (prefix, continuation tokens) per scored request
         self.prompts: list[str] = []
+        self.samplings: list[Sampling] = []  # each generated request's sampling, in order
         self.num_calls = 0
         self.running = 0
         self.num_cancelled = 0  # calls cancelled while waiting
@@ -100,6 +102,7 @@ class ScriptedEngine:
         results = []
         for r in requests:
             self.prompts.append(str(r.prompt))
+            self.samplings.append(r.sampling)
             text = self._continuation(str(r.prompt))
             reason, stop_string = FinishReason.EOS, None
             hits = [(text.index(s), s) for s in r.sampling.stop if s in text]

@@ -15,7 +15,7 @@ candidates, within ``BF16_TIE`` of the plain run's token. A broken verifier (one
 a drafted token the target would not write) fails that at the first clear choice.
 """
 
-from engine.types import Completion
+from stepspec.engine.types import Completion
 
 # A logit near 30 rounds at 30 * 2^-8 = 0.12 in bfloat16; twice that for the difference of two.
 BF16_TIE = 0.25
@@ -30,7 +30,7 @@ def greedy_mismatch(got: tuple[int, ...], want: Completion, dtype: str) -> str |
     if dtype == "float32":
         return f"token {first} differs ({got[first]} against {want.token_ids[first]}) in float32"
     if want.logprobs is None:
-        raise ValueError("the plain run needs logprobs (SamplingSpec(logprobs=2) or more) to judge a difference")
+        raise ValueError("the plain run needs logprobs (Sampling(logprobs=2) or more) to judge a difference")
     at = want.logprobs[first]
     theirs = {token_id: lp for token_id, _, lp in at.top}
     if got[first] not in theirs:

@@ -49,7 +49,7 @@ def start_vllm_server(model_path: str | Path, port: int, log: Path, *, served_na
                       args: Sequence[str] = ()) -> subprocess.Popen:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1:``port`` (float32, eager,
     threads on every allowed core, Intel OpenMP), its output appended to ``log``; not yet healthy."""
-    from engine.vllm_runtime import allowed_cpus, ld_preload_with_intel_openmp
+    from stepspec.engine.vllm_runtime import allowed_cpus, ld_preload_with_intel_openmp
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1", VLLM_CPU_OMP_THREADS_BIND=allowed_cpus())
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):  # the OpenMP stepspec's engines run with
@@ -131,8 +131,8 @@ def serving(reasoners, start_timeout: float = 30, close=None, **settings):
     (real engines start before it does: give them ``start_timeout``)."""
     import uvicorn
 
-    from workflows.serve.app import build_app
-    from workflows.serve.settings import ServeSettings
+    from stepspec.workflows.serve.app import build_app
+    from stepspec.workflows.serve.settings import ServeSettings
 
     port = free_port()
     app = build_app(reasoners, ServeSettings(port=port, **settings), close=close)

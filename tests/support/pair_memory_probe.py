@@ -19,10 +19,10 @@ import asyncio
 import json
 import sys
 
-from engine.models import BUNDLED_EMBEDDING, resolve_model
-from engine.speculation import speculative_config
-from engine.types import GenerationRequest, SamplingSpec
-from engine.vllm_backend import VLLMEngine
+from stepspec.engine.models import BUNDLED_EMBEDDING, resolve_model
+from stepspec.engine.speculation import speculative_config
+from stepspec.engine.types import GenerationRequest, Sampling
+from stepspec.engine.vllm_backend import VLLMEngine
 
 DRAFT_TOKENS = 8
 
@@ -61,8 +61,8 @@ async def probe(target_path: str, draft_path: str, prompt: str, max_tokens: int)
 
         embedder = SentenceTransformer(resolve_model(BUNDLED_EMBEDDING), device="cpu")
         embedding_shape = list(embedder.encode(["16 - 3 - 4 = 9"]).shape)
-        (t,) = await target.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=max_tokens))])
-        (d,) = await draft.generate([GenerationRequest(prompt, SamplingSpec(max_tokens=DRAFT_TOKENS))])
+        (t,) = await target.generate([GenerationRequest(prompt, Sampling(max_tokens=max_tokens))])
+        (d,) = await draft.generate([GenerationRequest(prompt, Sampling(max_tokens=DRAFT_TOKENS))])
         pss, rss = memory_bytes()  # everything alive at once
         target_stats, draft_stats = target.stats(), draft.stats()
     finally:

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 from fake_engine import ScriptedEngine
-from judges.base import StepCandidate, Verdict
+from stepspec.judges.base import StepCandidate, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
-TASKS = ROOT / "workflows" / "lm_eval_tasks"
+TASKS = ROOT / "stepspec" / "workflows" / "lm_eval_tasks"
 
 
 class FixedJudge:

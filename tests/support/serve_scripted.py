@@ -9,10 +9,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvicorn  # noqa: E402
 
-from orchestrator.reasoner import Reasoner  # noqa: E402
+from stepspec.orchestrator.reasoner import Reasoner  # noqa: E402
 from scripted import DRAFT_STEPS, TARGET_STEPS, FixedJudge, script  # noqa: E402
-from workflows.serve.app import build_app  # noqa: E402
-from workflows.serve.settings import ServeSettings  # noqa: E402
+from stepspec.workflows.serve.app import build_app  # noqa: E402
+from stepspec.workflows.serve.settings import ServeSettings  # noqa: E402
 
 if __name__ == "__main__":
     port = int(sys.argv[1])

@@ -1,7 +1,7 @@
 """Each registered strategy's run under its Python name, for tests:
 ``await specreason(question, target=..., draft=..., judge=..., **options)``."""
 
-from orchestrator.strategies import STRATEGIES
+from stepspec.orchestrator.strategies import STRATEGIES
 
 target_only = STRATEGIES["target-only"].run
 draft_only = STRATEGIES["draft-only"].run

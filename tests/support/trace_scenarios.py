@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_engine import ScriptedEngine
 
-from engine.protocol import EngineError
-from engine.types import Completion, FinishReason, GenerationResult
-from judges.base import Verdict
-from orchestrator.budget import Budget
-from orchestrator.run import ReasoningError
+from stepspec.engine.protocol import EngineError
+from stepspec.engine.types import Completion, FinishReason, GenerationResult
+from stepspec.judges.base import Verdict
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.run import ReasoningError
 
 Q = "Janet's ducks lay 16 eggs. She eats 3 and bakes with 4. She sells the rest at $2. How much?"
 TARGET_STEPS = ("16 - 3 - 4 = 9 eggs are left.\n\n", "9 * 2 = 18.\n\n", "The answer is \\boxed{18}.")
@@ -75,7 +75,7 @@ class Router:
         self.actions = actions
 
     async def route(self, states):
-        from routers.base import Decision
+        from stepspec.routers.base import Decision
 
         out = []
         for s in states:
@@ -141,7 +141,7 @@ def cutting_target() -> ScriptedEngine:
 
 
 def scenarios() -> dict[str, Callable[[], Awaitable[Any]]]:
-    from judges.likelihood import LikelihoodJudge
+    from stepspec.judges.likelihood import LikelihoodJudge
     from strategy_runs import arbitrage, arbitrage_oracle
     from strategy_runs import draft_only, target_only
     from strategy_runs import best_of_n, best_of_n_target

@@ -12,7 +12,7 @@ pytest.importorskip("reasoning_gym", reason="generated problems need stepspec[ro
 
 
 def test_generated_training_problems_are_seeded_and_answered():
-    from workflows.eval.training_problems import generated_problems
+    from stepspec.workflows.eval.training_problems import generated_problems
 
     a, b = generated_problems(30, seed=3), generated_problems(30, seed=3)
     assert [p.question for p in a] == [p.question for p in b]
@@ -27,8 +27,8 @@ def test_the_contamination_check_catches_gsm_symbolic_and_passes_the_default_gen
     problems align trains on must have no question near any evaluation question."""
     import reasoning_gym
 
-    from workflows.eval.datasets import find_data_dir
-    from workflows.eval.training_problems import near_duplicates
+    from stepspec.workflows.eval.datasets import find_data_dir
+    from stepspec.workflows.eval.training_problems import near_duplicates
 
     try:
         data_dir = find_data_dir(None)
@@ -41,16 +41,16 @@ def test_the_contamination_check_catches_gsm_symbolic_and_passes_the_default_gen
 
 
 def test_align_problems_stage_keeps_no_near_duplicate(tmp_path):
-    from workflows.align import align
-    from workflows.align.spec import AlignFiles, AlignSpec
-    from workflows.eval.datasets import find_data_dir
-    from workflows.eval.training_problems import near_duplicates
+    from stepspec.workflows.align import align
+    from stepspec.workflows.align.settings import AlignFiles, AlignSettings
+    from stepspec.workflows.eval.datasets import find_data_dir
+    from stepspec.workflows.eval.training_problems import near_duplicates
 
     try:
         data_dir = find_data_dir(None)
     except Exception:
         pytest.skip("no ../shared/data on this machine")
-    spec = AlignSpec(num_problems=300, seed=0)
+    spec = AlignSettings(num_problems=300, seed=0)
     align(spec, tmp_path, command="test", until="problems")
     rows = [json.loads(line) for line in AlignFiles(tmp_path).problems.read_text().splitlines()]
     assert len(rows) == 300
@@ -77,13 +77,13 @@ def _scripted_target():
 @pytest.mark.timeout(900)
 def test_align_end_to_end_on_a_tiny_draft_resumes_and_is_usable_by_name(tmp_path, tiny_model_path, monkeypatch):
     pytest.importorskip("peft", reason="LoRA training needs peft (stepspec[models])")
-    from engine.models import local_models, resolve_model
-    from workflows.align import align
-    from workflows.align.spec import AlignError, AlignFiles, AlignSpec
+    from stepspec.engine.models import local_models, resolve_model
+    from stepspec.workflows.align import align
+    from stepspec.workflows.align.settings import AlignError, AlignFiles, AlignSettings
 
     monkeypatch.setenv("STEPSPEC_CACHE_DIR", str(tmp_path / "cache"))
     work = tmp_path / "work"
-    spec = AlignSpec(draft=str(tiny_model_path), name="tiny-aligned", num_problems=12, seed=1,
+    spec = AlignSettings(draft=str(tiny_model_path), name="tiny-aligned", num_problems=12, seed=1,
                      generators=["chain-sum", "leg-counting"], held_out=0.25, epochs=2, batch_tokens=256,
                      max_length=1024, checkpoint_every=1, train_dtype="float32", learning_rate=5e-3)
     files = AlignFiles(work)
@@ -109,7 +109,7 @@ def test_align_end_to_end_on_a_tiny_draft_resumes_and_is_usable_by_name(tmp_path
     # training, interrupted after its second optimizer step, resumes from the checkpoint
     import importlib
 
-    train_module = importlib.import_module("workflows.align.train")
+    train_module = importlib.import_module("stepspec.workflows.align.train")
 
     real_save = train_module._save_checkpoint
     calls = []
@@ -152,7 +152,7 @@ def test_draft_align_help_documents_the_stages_and_a_bad_setting_is_one_clear_er
     import subprocess
     import sys
 
-    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "draft", "align"]
+    cli = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "draft", "align"]
     env = {**os.environ, "COLUMNS": "200"}
     r = subprocess.run(cli + ["--help"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0
@@ -167,11 +167,11 @@ def test_draft_align_help_documents_the_stages_and_a_bad_setting_is_one_clear_er
 def test_draft_align_aligns_the_bundled_drafts_base_by_default():
     """The default draft is the aligned one; `stepspec draft align` aligns what it came from (the
     bundled pair, as its committed run did), not the aligned draft again."""
-    from engine.models import BUNDLED_DRAFT, PRESETS
-    from workflows.align.spec import AlignSpec
+    from stepspec.engine.models import BUNDLED_DRAFT, PRESETS
+    from stepspec.workflows.align.settings import AlignSettings
 
-    assert AlignSpec().draft == PRESETS[BUNDLED_DRAFT].base == "qwen2.5-coder-0.5b" != BUNDLED_DRAFT
-    assert AlignSpec(draft="my/draft").draft == "my/draft"
+    assert AlignSettings().draft == PRESETS[BUNDLED_DRAFT].base == "qwen2.5-coder-0.5b" != BUNDLED_DRAFT
+    assert AlignSettings(draft="my/draft").draft == "my/draft"
 
 
 def test_an_adapter_preset_is_checked_merged_into_its_base_and_listed(tmp_path, tiny_model_path, monkeypatch):
@@ -184,7 +184,7 @@ def test_an_adapter_preset_is_checked_merged_into_its_base_and_listed(tmp_path, 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from engine import models
+    from stepspec.engine import models
 
     monkeypatch.setenv("STEPSPEC_CACHE_DIR", str(tmp_path / "cache"))
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)

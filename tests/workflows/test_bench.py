@@ -9,15 +9,15 @@ import sys
 import pytest
 from pydantic import BaseModel
 
-from engine.models import BUNDLED_DRAFT
+from stepspec.engine.models import BUNDLED_DRAFT
 from fake_engine import ScriptedEngine
 from scripted import engines, write_problems
-from workflows.eval.bench import BenchSpec
-from workflows.eval.bench_run import run_bench
-from workflows.eval.results import Results, Sample
-from workflows.eval.rundir import BenchError, read_samples
-from workflows.eval.report import profile_table, table, wave_table
-from workflows.eval.summary import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
+from stepspec.workflows.eval.bench import BenchSettings
+from stepspec.workflows.eval.bench_run import run_bench
+from stepspec.workflows.eval.results import Results, Sample
+from stepspec.workflows.eval.rundir import BenchError, read_samples
+from stepspec.workflows.eval.report import profile_table, table, wave_table
+from stepspec.workflows.eval.summary import (PLOTS, acceptance_by_position, arm_twins, paired_counts, phase_profile,
                                     share_of_ceiling, summarize, summarize_run)
 
 STRATEGIES = ("target-only", "draft-only", "specreason")
@@ -26,7 +26,7 @@ STRATEGIES = ("target-only", "draft-only", "specreason")
 def spec_for(data, **kw):
     # the scripted target rates steps 0-9: specreason with the score judge
     kw.setdefault("strategy_options", {"specreason": {"judge": "score", "first_target_steps": 0}})
-    return BenchSpec(dataset=str(data), question_field="q", answer_field="a", strategies=STRATEGIES, **kw)
+    return BenchSettings(dataset=str(data), question_field="q", answer_field="a", strategies=STRATEGIES, **kw)
 
 
 class StopAfter:
@@ -164,7 +164,7 @@ def test_bad_specs_fail_before_any_engine_starts(tmp_path):
     with pytest.raises(ValueError, match="options given for strategies not in the run: lookahead"):
         ran(run_bench(spec_for(data, strategy_options={"lookahead": {"gamma": 2}}), tmp_path / "r"))
     with pytest.raises(ValueError, match="extra_forbidden|Extra inputs"):
-        BenchSpec(datset="gsm8k")
+        BenchSettings(datset="gsm8k")
     assert not (tmp_path / "r").exists()
 
 
@@ -173,7 +173,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     ran(run_bench(spec_for(data), tmp_path / "run", engines=engines()))
     for f in ["report.md", *PLOTS]:
         (tmp_path / "run" / f).unlink()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report",
+    r = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "bench", "report",
                         str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "specreason" in r.stdout and "100.0%" in r.stdout
@@ -207,7 +207,7 @@ def test_report_is_rebuilt_from_the_files_by_the_cli(tmp_path):
     (["--mode", "both", "--latency-strategies", "target-only,sr"], "--latency-strategies: sr not in --strategies"),
 ])
 def test_bench_cli_rejects_bad_options_before_loading_models(tmp_path, args, message):
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench",
+    r = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "bench",
                         "--target", "/nonexistent-model", "--spec", "none", "--output-dir", str(tmp_path / "r"),
                         "--no-progress", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -261,7 +261,7 @@ ARM_OPTIONS = {"sr-strict": {"strategy": "specreason", "judge": "score", "judge_
 
 
 def arm_spec(data, options=ARM_OPTIONS, **kw):
-    return BenchSpec(dataset=str(data), question_field="q", answer_field="a", strategies=ARMS,
+    return BenchSettings(dataset=str(data), question_field="q", answer_field="a", strategies=ARMS,
                      strategy_options=options, **kw)
 
 
@@ -291,7 +291,7 @@ def test_arms_run_one_strategy_under_several_labels(tmp_path):
 
 
 def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkeypatch):
-    import workflows.eval.bench_run as bench
+    import stepspec.workflows.eval.bench_run as bench
 
     monkeypatch.setattr(bench, "build_engines", lambda *a, **k: pytest.fail("a model was loaded"))
     data = write_problems(tmp_path / "add.jsonl", 2)
@@ -312,7 +312,7 @@ def test_an_arm_without_a_strategy_fails_before_any_model_loads(tmp_path, monkey
 
 
 def test_throughput_mode_solves_all_problems_at_once_per_arm_and_saves_the_wall_time(tmp_path, monkeypatch):
-    import workflows.eval.bench_run as bench
+    import stepspec.workflows.eval.bench_run as bench
 
     target, draft = slow_engines()
     built = {}
@@ -391,7 +391,7 @@ def test_throughput_resume_skips_complete_arms_and_reruns_an_incomplete_one(tmp_
     assert 2 <= len(read_samples(run / "samples_add_sr-strict_throughput.jsonl")) <= 4
 
     target, draft = slow_engines()
-    with caplog.at_level("WARNING", logger="workflows.eval"):
+    with caplog.at_level("WARNING", logger="stepspec.workflows.eval"):
         done = ran(run_bench(arm_spec(data), run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-strict is incomplete" in caplog.text and "running it again" in caplog.text
     assert done["status"] == "complete" and done["config"]["modes"] == ["throughput"]  # the run's own config
@@ -434,7 +434,7 @@ def test_throughput_waves_interleave_the_arms_resume_by_wave_and_pair_waves_time
     assert [row[col["target-only wall s (session)"]] for row in rows][1:] == ["not run", "not run"]
 
     target, draft = slow_engines()
-    with caplog.at_level("WARNING", logger="workflows.eval"):
+    with caplog.at_level("WARNING", logger="stepspec.workflows.eval"):
         done = ran(run_bench(spec, run, resume=True, engines=(target, draft)))
     assert "throughput arm sr-lax (wave 2 of 3) is incomplete" in caplog.text
     assert "status interrupted" in caplog.text  # the wave's record as the stopped session left it
@@ -656,8 +656,8 @@ def test_a_search_arm_under_any_label_pairs_with_its_target_twin():
 
 
 def test_build_engine_passes_the_engine_settings_to_vllm(tmp_path, monkeypatch):
-    import engine.vllm_backend as backend
-    from engine.config import EnginePair, build_engine
+    import stepspec.engine.vllm_backend as backend
+    from stepspec.engine.config import EnginePair, build_engine
 
     made = []
 
@@ -692,7 +692,7 @@ def test_bench_command_on_real_vllm_survives_sigterm_and_resumes(tmp_path_factor
     target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"bench{seed}"), seed=seed, weight_std=0.5,
                                       tie_word_embeddings=False) for seed in (0, 1))
     run = tmp_path_factory.mktemp("bench-run") / "run"
-    cli = [sys.executable, "-c", "from workflows.cli.app import main; main()", "bench"]
+    cli = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "bench"]
     common = ["--no-progress"]
     args = ["--dataset", "gsm8k", "--limit", "10", "--strategies", "target-only,specreason", "--target", str(target),
             "--draft", str(draft), "--spec", "none", "--delimiter", "ge", "--max-step-tokens", "8",
@@ -734,24 +734,24 @@ def test_each_arm_runs_on_the_target_engine_its_strategy_asks_for():
     """target_spec auto: target-only's target decodes with the draft model drafting its tokens,
     specreason's verifies with suffix decoding: two target engines, one draft; draft-only asks no
     target. One method for all arms: one target engine."""
-    configs, roles = BenchSpec(strategies=("target-only", "specreason", "draft-only")).arm_engines()
+    configs, roles = BenchSettings(strategies=("target-only", "specreason", "draft-only")).arm_engines()
     assert roles == {"target-only": ("target (draft)", None), "specreason": ("target (suffix)", "draft"),
                      "draft-only": (None, "draft")}
     assert configs["target (draft)"].speculation == "draft" and configs["target (draft)"].draft_model
     assert configs["target (suffix)"].speculation == "suffix" and configs["draft"].speculation == "suffix"
-    configs, roles = BenchSpec(strategies=("target-only", "specreason"), target_spec="suffix").arm_engines()
+    configs, roles = BenchSettings(strategies=("target-only", "specreason"), target_spec="suffix").arm_engines()
     assert set(configs) == {"target", "draft"} and roles["target-only"] == ("target", None)
     # an arm's own engine setting: target-only with suffix decoding shares specreason's target
-    spec = BenchSpec(strategies=("target-only", "to-suffix", "specreason"),
+    spec = BenchSettings(strategies=("target-only", "to-suffix", "specreason"),
                      strategy_options={"to-suffix": {"strategy": "target-only", "target_spec": "suffix"}})
     configs, roles = spec.arm_engines()
     assert set(configs) == {"target (draft)", "target (suffix)", "draft"}
     assert roles["to-suffix"] == ("target (suffix)", None) and roles["specreason"][0] == "target (suffix)"
     with pytest.raises(ValueError, match="arm 'to-suffix'.*unknown speculation method 'sufix'"):
-        BenchSpec(strategies=("to-suffix",), strategy_options={"to-suffix": {"strategy": "target-only",
+        BenchSettings(strategies=("to-suffix",), strategy_options={"to-suffix": {"strategy": "target-only",
                                                                             "target_spec": "sufix"}}).check()
     # an arm with its own draft (an aligned one beside the unaligned): a draft engine each, named by model
-    spec = BenchSpec(strategies=("target-only", "specreason", "sr-aligned"),
+    spec = BenchSettings(strategies=("target-only", "specreason", "sr-aligned"),
                      strategy_options={"sr-aligned": {"strategy": "specreason", "draft": "/models/my-draft-aligned"},
                                        "target-only": {"target_spec": "suffix"}})
     configs, roles = spec.arm_engines()
@@ -759,7 +759,7 @@ def test_each_arm_runs_on_the_target_engine_its_strategy_asks_for():
     assert roles["sr-aligned"] == ("target", "draft (my-draft-aligned)")
     assert roles["specreason"] == ("target", f"draft ({BUNDLED_DRAFT})")
     # two targets with the draft model inside, each a different draft: named by the draft inside
-    spec = BenchSpec(strategies=("target-only", "to-aligned"),
+    spec = BenchSettings(strategies=("target-only", "to-aligned"),
                      strategy_options={"to-aligned": {"strategy": "target-only", "draft": "/models/my-draft-aligned"}})
     configs, roles = spec.arm_engines()
     assert roles["to-aligned"][0] == "target (draft: my-draft-aligned)"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import BUNDLED_DRAFT
-from workflows.eval.datasets import DatasetError, load_problems
+from stepspec.engine.models import BUNDLED_DRAFT
+from stepspec.workflows.eval.datasets import DatasetError, load_problems
 
 
 def stepspec(*args, env=None):
     return subprocess.run(
-        [sys.executable, "-c", "from workflows.cli.app import main; main()", *args],
+        [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", *args],
         capture_output=True, text=True, timeout=120, env=env,
     )
 
@@ -93,7 +93,7 @@ def test_missing_data_folder_says_how_to_point_at_one(tmp_path):
 
 @pytest.mark.vllm
 def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
-    from orchestrator.trace import Trace
+    from stepspec.orchestrator.trace import Trace
     from tiny_models import build_tiny_model
 
     target, draft = (build_tiny_model(tmp_path_factory.mktemp(f"cli{seed}"), seed=seed, weight_std=0.5,
@@ -101,7 +101,7 @@ def test_solve_streams_a_specreason_trace_on_real_vllm(tmp_path_factory):
     out = tmp_path_factory.mktemp("trace") / "trace.json"
     log_dir = tmp_path_factory.mktemp("logs")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "How many eggs are left?",
+        [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "solve", "How many eggs are left?",
          "--strategy", "specreason", "--first-target-steps", "0", "--target", str(target), "--draft", str(draft), "--spec", "none",
          "--delimiter", "ge", "--max-step-tokens", "8", "--max-tokens", "40", "--max-steps", "5",
          "--kv-cache-gib", "0.25", "--max-model-len", "512", "--trace-out", str(out)],
@@ -127,8 +127,8 @@ def test_a_cut_steps_mark_stays_on_one_line_in_a_narrow_terminal(monkeypatch):
     """The CI failure this guards: rich wrapped a long cut line between '→' and 'target'."""
     from rich.console import Console
 
-    from orchestrator.trace import StepRecord
-    from workflows.cli import solve as cli
+    from stepspec.orchestrator.trace import StepRecord
+    from stepspec.workflows.cli import solve as cli
 
     narrow = Console(width=40, force_terminal=False, color_system=None, record=True)
     monkeypatch.setattr(cli, "console", narrow)
@@ -148,8 +148,8 @@ def test_a_cut_step_reads_once_with_the_rejected_draft_marked_where_it_was_throw
     target's step; an accepted draft and a target step show as they are."""
     from rich.console import Console
 
-    from orchestrator.trace import StepRecord
-    from workflows.cli import solve as cli
+    from stepspec.orchestrator.trace import StepRecord
+    from stepspec.workflows.cli import solve as cli
 
     plain = Console(width=200, force_terminal=False, color_system=None, record=True)
     monkeypatch.setattr(cli, "console", plain)
@@ -170,7 +170,7 @@ def test_a_cut_step_reads_once_with_the_rejected_draft_marked_where_it_was_throw
 
 
 def test_bench_opt_values_none_and_null_switch_an_option_off():
-    from workflows.cli.bench import strategy_options
+    from stepspec.workflows.cli.bench import strategy_options
 
     opts = strategy_options(["sr"], None, None, None, None,
                              ["sr.strategy=specreason", "sr.judge=likelihood", "sr.judge.floor=none",
@@ -193,8 +193,8 @@ def test_each_bench_config_file_is_its_committed_runs_settings(tmp_path):
     """Every file in benchmarks/runs/ loads, checks, and holds the settings its committed run
     (output_dir) was started with, so `make bench-config CONFIG=FILE` resumes that run. The two
     frontier choice files say why they do not: their run predates an option their arms now need."""
-    from workflows.cli.bench import _started_from
-    from workflows.eval.bench import load_bench_config
+    from stepspec.workflows.cli.bench import _started_from
+    from stepspec.workflows.eval.bench import load_bench_config
 
     files = sorted(RUNS.glob("*.yaml"))
     assert len(files) >= 10
@@ -235,8 +235,8 @@ def _bench_config(args, monkeypatch):
     """The run's spec and each arm's checked reasoner, as `stepspec bench ARGS` would save them."""
     from typer.testing import CliRunner
 
-    import workflows.eval.bench_run as bench
-    from workflows.cli.app import app
+    import stepspec.workflows.eval.bench_run as bench
+    from stepspec.workflows.cli.app import app
 
     built = {}
 
@@ -260,7 +260,7 @@ def test_the_speed_config_is_the_default_against_target_only_and_the_ceiling_at_
     (the pair's ceiling), each at its fastest (one generation, no call per step), in both modes, every
     engine setting at its default (the default draft); under load also target-only on specreason's
     target (suffix decoding)."""
-    from engine.config import EnginePair
+    from stepspec.engine.config import EnginePair
 
     (args,) = _config_runs(tmp_path, "speed").values()
     config, checked, arms = _bench_config(args, monkeypatch)
@@ -284,14 +284,14 @@ def test_the_aligned_config_runs_specreason_with_each_draft_on_three_engines(tmp
     default is the aligned one now) and the aligned draft, the governor off in both, against
     target-only, every target on suffix decoding, so the run needs three engines (one target, two
     drafts)."""
-    import workflows.eval.bench as bench
+    import stepspec.workflows.eval.bench as bench
 
     (args,) = _config_runs(tmp_path, "aligned").values()
     config, checked, arms = _bench_config(args, monkeypatch)
     assert arms == {"target-only": ("target-only", None), "specreason": ("specreason", "likelihood"),
                     "sr-aligned": ("specreason", "likelihood")}
     assert checked["specreason"].options == checked["sr-aligned"].options == {"backoff": False}
-    spec = bench.BenchSpec.model_validate(config)
+    spec = bench.BenchSettings.model_validate(config)
     engines, roles = spec.arm_engines()
     assert sorted(engines) == ["draft (qwen2.5-coder-0.5b)", "draft (qwen2.5-coder-0.5b-aligned)", "target"]
     assert {c.speculation for role, c in engines.items() if role == "target"} == {"suffix"}
@@ -307,7 +307,7 @@ def test_the_frontier_configs_sweep_the_targets_opening_with_each_draft_on_two_e
     on 0-99) up to the engines: one run per draft, specreason with the target writing its first
     0, 1 and 2 steps (the governor off, and the opening sentence not drafted, which would make
     k=1 the same as k=0) beside target-only, under load in waves."""
-    import workflows.eval.bench as bench
+    import stepspec.workflows.eval.bench as bench
 
     runs = _config_runs(tmp_path, f"{target}_aligned", f"{target}_unaligned")
     for file, args in runs.items():
@@ -317,7 +317,7 @@ def test_the_frontier_configs_sweep_the_targets_opening_with_each_draft_on_two_e
         assert config["modes"] == ["throughput"]
         assert [checked[f"sr-f{k}"].options for k in range(3)] == [
             {"first_target_steps": k, "draft_opening": False, "backoff": False} for k in range(3)]
-        engines, _ = bench.BenchSpec.model_validate(config).arm_engines()
+        engines, _ = bench.BenchSettings.model_validate(config).arm_engines()
         draft = "qwen2.5-coder-0.5b-aligned" if name == "aligned" else "qwen2.5-coder-0.5b"
         assert sorted(engines) == ["draft", "target"] and engines["draft"].model.endswith(draft)
 
@@ -364,8 +364,8 @@ def test_the_verify_configs_are_valid_and_saved_as_given(tmp_path, monkeypatch):
 def test_bench_resume_takes_mode_and_refuses_flags_that_would_change_the_run(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import workflows.eval.bench_run as bench
-    from workflows.cli.app import app
+    import stepspec.workflows.eval.bench_run as bench
+    from stepspec.workflows.cli.app import app
 
     handed = []
 
@@ -417,7 +417,7 @@ def test_the_router_config_runs_the_committed_router_beside_the_verifier_curve(t
     assert config["latency_strategies"] == ["target-only", "arbitrage", "sr-lik"]
     router = checked["arbitrage"].router
     assert router.name == "learned" and router.metadata["label"] == "verifier" and 0 < router.tau < 1
-    from orchestrator.specreason import SpecReasonOptions
+    from stepspec.orchestrator.specreason import SpecReasonOptions
 
     # both let the target write the first two steps (specreason by its default)
     assert checked["arbitrage"].options["first_target_steps"] == SpecReasonOptions().first_target_steps == 2
@@ -438,9 +438,9 @@ def test_the_router_generated_config_runs_the_retrained_router_beside_the_commit
                     "arb-generated": ("arbitrage", None)}
     old, new = checked["arbitrage"], checked["arb-generated"]
     assert old.options == new.options == {"first_target_steps": 2, "backoff": False}
-    import workflows.eval.bench as bench
+    import stepspec.workflows.eval.bench as bench
 
-    engines, _ = bench.BenchSpec.model_validate(config).arm_engines()  # two fit this machine, three do not
+    engines, _ = bench.BenchSettings.model_validate(config).arm_engines()  # two fit this machine, three do not
     assert sorted(engines) == ["draft", "target"] and engines["target"].speculation == "suffix"
     assert old.router.metadata["label"] == new.router.metadata["label"] == "verifier"
     assert old.router.metadata != new.router.metadata  # two routers, not one file twice

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.trace import Author, StopReason, Trace
-from workflows.eval.report import write_report
-from workflows.eval.results import SCHEMA_VERSION
-from workflows.eval.summary import PLOTS
+from stepspec.orchestrator.trace import Author, StopReason, Trace
+from stepspec.workflows.eval.report import write_report
+from stepspec.workflows.eval.results import SCHEMA_VERSION
+from stepspec.workflows.eval.summary import PLOTS
 
 MEASURED = Path(__file__).resolve().parents[2] / "benchmarks" / "measured"
 SAMPLES = sorted(MEASURED.glob("**/samples_*.jsonl"))  # bench runs' samples files
@@ -40,7 +40,7 @@ def rebuilt_report(measured: str, tmp_path) -> tuple[Path, str]:
     shutil.copytree(MEASURED / measured, run)
     for f in ["report.md", *PLOTS]:
         (run / f).unlink()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "bench", "report", str(run)],
+    r = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "bench", "report", str(run)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return run, (run / "report.md").read_text()
@@ -62,7 +62,7 @@ def test_report_of_a_committed_run_rebuilds(tmp_path):
 
 
 def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_current(tmp_path):
-    from workflows.eval.report import HEADLINE, update_headline
+    from stepspec.workflows.eval.report import HEADLINE, update_headline
 
     shutil.copytree(MEASURED / "gsm8k30_cpu",
                     tmp_path / "runs" / "gsm8k30_cpu")
@@ -80,7 +80,7 @@ def test_the_headline_table_is_built_from_the_runs_it_names_and_the_readmes_is_c
     root = Path(__file__).resolve().parents[2]
     block = HEADLINE.search((root / "README.md").read_text())
     assert block is not None, "README.md has no headline block"
-    from workflows.eval.report import headline_table
+    from stepspec.workflows.eval.report import headline_table
     assert block["table"] == headline_table([root / d for d in block["runs"].split()], root=root)
 
 
@@ -116,7 +116,7 @@ def test_committed_bench_samples_load_and_serialize_back():
 def test_every_committed_tree_search_loads_as_a_graph():
     """Each tree search a committed bench run saved (any run, either arm, either mode) loads
     as a graph whose chosen nodes are the trace's steps, in order."""
-    from orchestrator.tree import load_tree
+    from stepspec.orchestrator.tree import load_tree
 
     searches = [r for path in SAMPLES for r in _records(path) if r["strategy"] in ("tree", "tree-target")]
     assert len(searches) >= 200
@@ -129,7 +129,7 @@ def test_every_committed_tree_search_loads_as_a_graph():
 
 
 def test_the_committed_cost_model_rebuilds_and_predicts_a_run_it_was_not_fitted_on_within_10_percent():
-    from workflows.eval.cost_report import CostRuns, cost_report, markdown
+    from stepspec.workflows.eval.cost_report import CostRuns, cost_report, markdown
 
     fit = [MEASURED / "gsm8k100_speed_2026-12-05_cpu", MEASURED / "lead_gsm8k100-129_cpu"]
     check = [MEASURED / "opening_aligned_gsm8k100-129_cpu", MEASURED / "target_spec_gsm8k100-149_cpu",

@@ -10,16 +10,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from engine.config import EnginePair, OpenAIEngineConfig, VLLMEngineConfig
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError
-from orchestrator.budget import Budget
-from orchestrator.config import ReasonerConfig, RunSettings
-from orchestrator.reasoner import Reasoner
-from workflows.cli.app import app
-from workflows.eval.bench import BenchSpec
-from workflows.flows.runner import WorkflowRun
-from workflows.flows.spec import ReasonerSpec, load_workflow
-from workflows.routing.collect import CollectSpec
+from stepspec.engine.config import EnginePair, OpenAIEngineConfig, VLLMEngineConfig
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError
+from stepspec.orchestrator.budget import Budget
+from stepspec.orchestrator.config import ReasonerConfig, RunSettings
+from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.workflows.cli.app import app
+from stepspec.workflows.eval.bench import BenchSettings
+from stepspec.workflows.flows.runner import WorkflowRun
+from stepspec.workflows.flows.schema import ReasonerEntry, load_workflow
+from stepspec.workflows.routing.collect import CollectSettings
 
 URL = "http://127.0.0.1:8000/v1"
 
@@ -68,7 +68,7 @@ def yaml_reasoner(tmp_path, engines: str, reasoner: str):
 def lm_eval_model(arg_string: str):
     """lm-eval's model from its --model_args string, as the harness makes it."""
     pytest.importorskip("lm_eval", reason="lm-evaluation-harness is in stepspec[eval]")
-    from workflows.eval.lm_eval_model import StepspecLM
+    from stepspec.workflows.eval.lm_eval_model import StepspecLM
 
     StepspecLM.create_from_arg_string(arg_string, {"batch_size": None, "max_batch_size": None, "device": None})
 
@@ -185,14 +185,14 @@ def _cli_default(*path: str, name: str):
 
 
 def test_the_defaults_agree_everywhere(capture, tmp_path):
-    from workflows.eval.lm_eval_model import reasoner_config as lm_eval_config
+    from stepspec.workflows.eval.lm_eval_model import reasoner_config as lm_eval_config
 
     commands = [("solve",), ("bench",), ("router", "collect")]
     # the one token budget
     max_tokens = {
         "Budget": Budget().max_tokens, "ReasonerConfig": ReasonerConfig().budget.max_tokens,
-        "RunSettings": RunSettings().max_tokens, "BenchSpec": BenchSpec().max_tokens,
-        "CollectSpec": CollectSpec().max_tokens, "YAML": ReasonerSpec(target="t").budget.max_tokens,
+        "RunSettings": RunSettings().max_tokens, "BenchSettings": BenchSettings().max_tokens,
+        "CollectSettings": CollectSettings().max_tokens, "YAML": ReasonerEntry(target="t").budget.max_tokens,
         "lm-eval": lm_eval_config({}).budget.max_tokens,
         "from_models": capture(Reasoner.from_models).budget.max_tokens,
         **{" ".join(c): _cli_default(*c, name="max_tokens") for c in commands},
@@ -200,8 +200,8 @@ def test_the_defaults_agree_everywhere(capture, tmp_path):
     assert set(max_tokens.values()) == {1024}, max_tokens
     # the one token-level method inside the target: auto, each strategy's own
     methods = {
-        "EnginePair": EnginePair().target_spec, "BenchSpec": BenchSpec().target_spec,
-        "CollectSpec": CollectSpec().target_spec, **{" ".join(c): _cli_default(*c, name="target_spec") for c in commands},
+        "EnginePair": EnginePair().target_spec, "BenchSettings": BenchSettings().target_spec,
+        "CollectSettings": CollectSettings().target_spec, **{" ".join(c): _cli_default(*c, name="target_spec") for c in commands},
     }
     assert set(methods.values()) == {"auto"}, methods
     resolved = {
@@ -216,7 +216,7 @@ def test_the_defaults_agree_everywhere(capture, tmp_path):
     dtypes = {
         "EnginePair": (EnginePair().target_dtype, EnginePair().draft_dtype),
         "ReasonerConfig": (ReasonerConfig().target.dtype, ReasonerConfig().draft.dtype),
-        "BenchSpec": (BenchSpec().target_dtype, BenchSpec().draft_dtype),
+        "BenchSettings": (BenchSettings().target_dtype, BenchSettings().draft_dtype),
         "lm-eval": (lm_eval_config({}).target.dtype, lm_eval_config({}).draft.dtype),
         **{" ".join(c): (_cli_default(*c, name="target_dtype"), _cli_default(*c, name="draft_dtype"))
            for c in commands},
@@ -227,12 +227,12 @@ def test_the_defaults_agree_everywhere(capture, tmp_path):
 
 
 def test_bad_settings_fail_with_the_existing_errors_before_any_model(tmp_path):
-    from orchestrator.reasoner import check_reasoner
+    from stepspec.orchestrator.reasoner import check_reasoner
 
     with pytest.raises(ValueError, match="unknown speculation method 'medusa2'"):
         RunSettings(target_spec="medusa2")
     with pytest.raises(ValueError, match="max_steps\n  Input should be greater than or equal to 1"):
-        RunSettings(max_steps=0)  # pydantic's own words; the front ends word it through common.options.checked
+        RunSettings(max_steps=0)  # pydantic's own words; the front ends word it through stepspec.common.options.checked
     with pytest.raises(ValueError, match="runs inside an in-process vLLM engine"):
         RunSettings(target_url=URL, target_spec="suffix")
     with pytest.raises(ValueError, match="unknown judge 'scor'. Did you mean 'score'"):
@@ -248,7 +248,7 @@ def test_solve_with_a_dead_target_url_fails_fast_naming_it(tmp_path):
     cache = tmp_path / "empty-cache"  # nothing prepared here: preparing the in-process draft would show
     url = "http://127.0.0.1:1/v1"
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "solve", "What is 2 + 3?",
+    r = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "solve", "What is 2 + 3?",
                         "--target", "served-target", "--target-url", url],
                        capture_output=True, text=True, timeout=120,
                        env={**os.environ, "STEPSPEC_CACHE_DIR": str(cache)})
@@ -275,7 +275,7 @@ def test_solve_and_bench_run_on_an_openai_compatible_server(tiny_model_path, tmp
              "--max-tokens", "24", "--max-steps", "3"]
     data = tmp_path / "add.jsonl"
     data.write_text("".join(json.dumps({"q": f"What is {i} + 1?", "a": str(i + 1)}) + "\n" for i in range(2)))
-    cli_ = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
+    cli_ = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()"]
     with vllm_server(tiny_model_path, port, tmp_path / "server.log", max_model_len=256, kv_cache_gib=1 / 16):
         r = subprocess.run(cli_ + ["solve", "What is 2 + 3?", "--strategy", "target-only", "--json", *small],
                            capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""The cost model (workflows/eval/costmodel.py): calls reconstructed from step records, a fit
+"""The cost model (stepspec/workflows/eval/costmodel.py): calls reconstructed from step records, a fit
 that recovers the costs it is given, pricing that names what it cannot price, the shipped
 profiles, and `stepspec bench cost` end to end on a run it writes itself."""
 
@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from common.states import Author
-from orchestrator.trace import StepRecord, StopReason, Trace
-from workflows.eval.costmodel import (ANY_METHOD, ArmMethods, CostModelError, CostProfile, Op, OpCost, Usage, fit,
+from stepspec.common.states import Author
+from stepspec.orchestrator.trace import StepRecord, StopReason, Trace
+from stepspec.workflows.eval.costmodel import (ANY_METHOD, ArmMethods, CostModelError, CostProfile, Op, OpCost, Usage, fit,
                                       load_profiles, opening_tokens, predict, ratio_profile, trace_usage)
 
 QUESTION = "Janet's ducks lay 16 eggs per day. How many are left?"  # 55 characters: 14 opening tokens
@@ -129,7 +129,7 @@ def _timed(trace, truth):
 def _write_run(root, seconds_per_token):
     """A small bench run: target-only (one generation) and specreason, 6 problems, whose seconds
     follow known costs (the target decoding at ``seconds_per_token``)."""
-    from workflows.eval.results import SCHEMA_VERSION
+    from stepspec.workflows.eval.results import SCHEMA_VERSION
 
     truth = {(Op.TARGET_WRITE, "suffix"): OpCost(0.3, 0.005, seconds_per_token),
              (Op.VERIFY, "suffix"): OpCost(0.3, 0.008), (Op.DRAFT_WRITE, "suffix"): OpCost(0.1, 0.002, 0.03)}
@@ -162,7 +162,7 @@ def _write_run(root, seconds_per_token):
 def test_bench_cost_fits_one_run_checks_another_and_prices_the_published_profiles(tmp_path):
     from typer.testing import CliRunner
 
-    from workflows.cli.app import app
+    from stepspec.workflows.cli.app import app
 
     fitted, checked = _write_run(tmp_path / "fit", 0.08), _write_run(tmp_path / "check", 0.088)
     out = tmp_path / "cost.md"

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from workflows.eval.datasets import DATA_ENV, DatasetError, load_dataset, select
+from stepspec.workflows.eval.datasets import DATA_ENV, DatasetError, load_dataset, select
 
 
 @pytest.mark.parametrize("name, count, grader", [
@@ -22,7 +22,7 @@ def test_named_datasets_load_from_the_shared_folder(name, count, grader):
 
 
 def test_every_named_reference_is_gradable():
-    from workflows.eval.graders import get_grader
+    from stepspec.workflows.eval.graders import get_grader
 
     for name in ("gsm8k", "aime24", "aime25"):
         data = load_dataset(name)
@@ -112,7 +112,7 @@ def test_hub_source_through_the_datasets_package(monkeypatch):
 
 
 def test_agent_shop_tasks_are_generated_the_same_every_time_and_graded_numerically():
-    from workflows.eval.agent_tasks import shop_task
+    from stepspec.workflows.eval.agent_tasks import shop_task
 
     dataset = load_dataset("agent-shop")
     assert dataset.grader == "numeric" and len(dataset.problems) == 200

@@ -2,8 +2,8 @@
 
 import pytest
 
-from orchestrator.steps import last_boxed
-from workflows.eval.graders import AIMEGrader, GSM8KGrader, MathGrader, NumericGrader, extract_answer, get_grader
+from stepspec.orchestrator.steps import last_boxed
+from stepspec.workflows.eval.graders import AIMEGrader, GSM8KGrader, MathGrader, NumericGrader, extract_answer, get_grader
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from scripted import ROOT, TASKS, local_task
 
 def test_registering_stepspec_leaves_lm_evals_own_models_loadable():
     """lm-eval imports its models only while its registry is empty; ours must not empty-mask them."""
-    code = ("import workflows.eval.lm_eval_model\n"
+    code = ("import stepspec.workflows.eval.lm_eval_model\n"
             "from lm_eval.api.registry import get_model\n"
             "print(get_model('stepspec').__name__, get_model('local-chat-completions').__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -28,8 +28,8 @@ def test_registering_stepspec_leaves_lm_evals_own_models_loadable():
 def test_the_harness_scores_a_specreason_reasoner(tmp_path):
     from lm_eval.tasks import TaskManager
 
-    from orchestrator.reasoner import Reasoner
-    from workflows.eval.lm_eval_model import StepspecLM, cut_at
+    from stepspec.orchestrator.reasoner import Reasoner
+    from stepspec.workflows.eval.lm_eval_model import StepspecLM, cut_at
 
     rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]
     data = tmp_path / "gsm8k_test.jsonl"
@@ -69,7 +69,7 @@ def test_lm_eval_command_runs_stepspec_on_real_vllm(tmp_path_factory):
                                       tie_word_embeddings=False) for seed in (0, 1))
     out = tmp_path_factory.mktemp("lm-eval-out")
     r = subprocess.run(
-        [sys.executable, "-c", "from workflows.cli.app import main; main()", "lm-eval", "--model", "stepspec",
+        [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "lm-eval", "--model", "stepspec",
          "--model_args", f"strategy=specreason,target={target},draft={draft},delimiter=ge,max_tokens=24,"
                          "max_step_tokens=8,max_steps=3,kv_cache_gib=0.25,max_model_len=512",
          "--tasks", "gsm8k_stepspec", "--include_path", str(TASKS), "--limit", "3",

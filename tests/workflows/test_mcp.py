@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.agents.mcp import MCPServer, MCPServerError
+from stepspec.workflows.agents.mcp import MCPServer, MCPServerError
 
 pytestmark = pytest.mark.vllm
 
@@ -67,8 +67,8 @@ def agent_engine(first_call: str) -> ScriptedEngine:
 
 
 def test_an_agent_uses_an_mcp_servers_tools_in_the_models_tool_format_from_python():
-    from orchestrator.reasoner import Reasoner
-    from workflows.agents.agent import Agent
+    from stepspec.orchestrator.reasoner import Reasoner
+    from stepspec.workflows.agents.agent import Agent
 
     async def scenario():
         async with MCPServer("arithmetic", SERVER) as server:
@@ -101,9 +101,9 @@ workflow:
 def test_a_yaml_agent_uses_an_mcp_server_and_validate_lists_its_tools(tmp_path):
     from typer.testing import CliRunner
 
-    from workflows.cli.app import app
-    from workflows.flows.runner import WorkflowRun
-    from workflows.flows.spec import load_workflow
+    from stepspec.workflows.cli.app import app
+    from stepspec.workflows.flows.runner import WorkflowRun
+    from stepspec.workflows.flows.schema import load_workflow
 
     path = tmp_path / "wf.yaml"
     path.write_text(WORKFLOW)

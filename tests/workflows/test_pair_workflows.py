@@ -1,4 +1,4 @@
-"""workflows/ on the bundled pair through real vLLM (minutes): a YAML workflow from the
+"""stepspec/workflows/ on the bundled pair through real vLLM (minutes): a YAML workflow from the
 command line, the calculator agent, `stepspec serve` and the bench's cold caches. Every
 test that runs the pair lives in a ``test_pair*.py`` file (tests/conftest.py runs them on
 one test worker, one at a time)."""
@@ -14,17 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
+from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, is_prepared
 from openai_server import free_port, sdk_client, stop_process, wait_healthy
-from workflows.eval.bench import BenchSpec
-from workflows.eval.bench_run import run_bench
-from workflows.eval.datasets import load_dataset, load_problems
-from workflows.eval.graders import get_grader
-from workflows.eval.rundir import read_samples
+from stepspec.workflows.eval.bench import BenchSettings
+from stepspec.workflows.eval.bench_run import run_bench
+from stepspec.workflows.eval.datasets import load_dataset, load_problems
+from stepspec.workflows.eval.graders import get_grader
+from stepspec.workflows.eval.rundir import read_samples
 
 pytestmark = [pytest.mark.vllm, pytest.mark.pair]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "workflows" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "stepspec" / "workflows" / "examples"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +37,7 @@ def prepared():
 def test_gsm8k_example_runs_from_the_command_line(tmp_path):
     question = "A baker makes 12 muffins a day for 5 days and sells 41 of them. How many are left?"
     record = tmp_path / "record.json"
-    r = subprocess.run([sys.executable, "-c", "from workflows.cli.app import main; main()", "run",
+    r = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "run",
                         str(EXAMPLES / "gsm8k_specreason.yaml"), "--input", f"question={question}",
                         "--output", str(record)], capture_output=True, text=True, timeout=1200,
                        env={**os.environ, "COLUMNS": "200"})
@@ -63,9 +63,9 @@ AGENT_PROBLEMS = (1, 3, 6)
 def test_calculator_agent_answers_gsm8k_questions_on_the_bundled_pair(runner):
     """The calculator_agent example, in process: the agent's thoughts are SpecReason steps
     on the real pair, its calculator calls are parsed, run and fed back, and it answers."""
-    from workflows.agents.agent import OBSERVATION
-    from workflows.flows.runner import WorkflowRun
-    from workflows.flows.spec import load_workflow
+    from stepspec.workflows.agents.agent import OBSERVATION
+    from stepspec.workflows.flows.runner import WorkflowRun
+    from stepspec.workflows.flows.schema import load_workflow
 
     problems = [load_problems("gsm8k")[i] for i in AGENT_PROBLEMS]
     grader = get_grader("gsm8k")
@@ -107,7 +107,7 @@ def test_stepspec_serve_on_the_bundled_pair_streams_steps_and_answer_to_the_open
     port = free_port()
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", "from workflows.cli.app import main; main()", "serve",
+        proc = subprocess.Popen([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "serve",
                                  "--port", str(port), "--max-tokens", "384", "--kv-cache-gib", "0.5"],
                                 stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -181,10 +181,10 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
     much. (Throughput waves of one problem: with two at once, which request's step ends first,
     and so what the other's suffix tree holds, varies with the load. The bundled 0.5B as the
     target: a tiny random model's text is predictable from its own prompt alone.)"""
-    from engine.models import BUNDLED_DRAFT, resolve_model
+    from stepspec.engine.models import BUNDLED_DRAFT, resolve_model
 
     model = resolve_model(BUNDLED_DRAFT)
-    spec = BenchSpec(dataset="gsm8k", limit=1, target=model, draft=None, target_spec="suffix",
+    spec = BenchSettings(dataset="gsm8k", limit=1, target=model, draft=None, target_spec="suffix",
                      strategies=("target-only", "again"), strategy_options={"again": {"strategy": "target-only"}},
                      modes=("throughput", "latency"), throughput_wave=1, max_step_tokens=48, max_tokens=160,
                      max_steps=8, kv_cache_gib=0.5, max_model_len=1024)
@@ -200,13 +200,13 @@ def test_every_arm_starts_cold_target_only_twice_reads_the_same_token_acceptance
         assert all(abs(a - b) < TOLERATED_LENGTH for a, b in zip(*lengths)), (mode, lengths)
 
     # the same request twice without the reset does replay: the check above can fail
-    from engine.speculation import speculative_config
-    from engine.types import GenerationRequest, SamplingSpec
+    from stepspec.engine.speculation import speculative_config
+    from stepspec.engine.types import GenerationRequest, Sampling
     from pair_memory_probe import pair_engine
 
     async def twice() -> list:
         engine = pair_engine(model, "again", speculative_config("suffix"))
-        request = [GenerationRequest(first[0].trace.question, SamplingSpec(max_tokens=48))]
+        request = [GenerationRequest(first[0].trace.question, Sampling(max_tokens=48))]
         try:
             return [(await engine.generate(request))[0].completion.spec_decoding for _ in range(2)]
         finally:

@@ -14,7 +14,7 @@ from fake_engine import ScriptedEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
+CLI = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()"]
 
 
 def blocks(language: str) -> list[str]:
@@ -36,7 +36,7 @@ def shell_commands(program: str) -> list[list[str]]:
 def test_the_python_example_runs_as_written(monkeypatch, capsys):
     """The example of the Python section, run as a script, on scripted engines standing in for
     the models ``from_models`` would load."""
-    from orchestrator import reasoner as module
+    from stepspec.orchestrator import reasoner as module
 
     built = []
 

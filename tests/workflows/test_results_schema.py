@@ -1,28 +1,21 @@
-"""One versioned results format: the reader takes only its schema; the migration script
+"""One versioned results format: the reader takes only its schema; `stepspec bench migrate`
 brings a run without one (version 0) to it, and its report reads the same."""
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from common.files import write_jsonl
-from workflows.eval.report import write_report
-from workflows.eval.results import SCHEMA_VERSION
-from workflows.eval.rundir import BenchError, find_results, read_results, read_samples
+from stepspec.common.files import write_jsonl
+from stepspec.workflows.eval.migrate import migrate_run
+from stepspec.workflows.eval.report import write_report
+from stepspec.workflows.eval.results import SCHEMA_VERSION
+from stepspec.workflows.eval.rundir import BenchError, find_results, read_results, read_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "benchmarks" / "measured"
 STEP_DEFAULTS = {"cut": None, "backoff": False, "num_kept_tokens": 0}  # step fields newer than version 0
-
-
-def _migration():
-    spec = importlib.util.spec_from_file_location("migrate_results", ROOT / "benchmarks" / "migrate_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _lines(path: Path) -> list[dict]:
@@ -70,12 +63,11 @@ def test_the_migration_reads_a_version_0_run_as_it_is_committed(tmp_path, name):
             wave.pop("problems")
     path.write_text(json.dumps(results, indent=2))
     with pytest.raises(BenchError, match=r"has no schema_version .*migrate the run once with "
-                                         r"`python benchmarks/migrate_results.py .*old`"):
+                                         r"`stepspec bench migrate .*old`"):
         read_results(old)
 
-    migrate = _migration()
-    assert migrate.migrate_run(old) is True
-    assert migrate.migrate_run(old) is False  # once
+    assert migrate_run(old) is True
+    assert migrate_run(old) is False  # once
     assert read_results(old) == read_results(committed)
     for samples in committed.glob("samples_*.jsonl"):
         assert read_samples(old / samples.name) == read_samples(samples)
@@ -96,5 +88,5 @@ def test_the_reader_refuses_another_schema_naming_the_file_and_the_fix(tmp_path)
     lines[1]["schema_version"] = 0
     write_jsonl(samples, lines)
     with pytest.raises(BenchError, match=rf"{samples.name}:2 \(a sample\) is in results schema 0; .*"
-                                         r"benchmarks/migrate_results.py"):
+                                         r"stepspec bench migrate"):
         read_samples(samples)

@@ -22,7 +22,7 @@ ANSWER = "So she makes \\boxed{18}."
 
 
 def reasoner(delay: float = 0.0, **kwargs):
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.reasoner import Reasoner
 
     draft, target = script(*DRAFT_STEPS), script(*TARGET_STEPS)
     draft.delay = target.delay = delay or None  # each generate call waits (and can be cancelled there)
@@ -187,9 +187,9 @@ def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine
     [DONE]; the 5 that hang up asked for a budget far longer than the others' (hundreds of
     steps), yet within seconds of the others' end neither engine holds a request."""
     from conftest import tiny_engine
-    from orchestrator.budget import Budget
-    from orchestrator.reasoner import Reasoner
-    from orchestrator.steps import StepRules
+    from stepspec.orchestrator.budget import Budget
+    from stepspec.orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.steps import StepRules
     from tiny_models import build_tiny_model
 
     paths = [build_tiny_model(tmp_path_factory.mktemp(f"serve{seed}"), seed=seed, weight_std=0.5,
@@ -234,8 +234,8 @@ def test_32_streams_on_real_vllm_engines_complete_and_5_hang_ups_leave_no_engine
 
 
 def test_a_workflow_file_is_served_one_model_per_reasoner(tmp_path):
-    from workflows.flows.runner import WorkflowRun
-    from workflows.flows.spec import load_workflow
+    from stepspec.workflows.flows.runner import WorkflowRun
+    from stepspec.workflows.flows.schema import load_workflow
 
     path = tmp_path / "two.yaml"
     path.write_text("""\
@@ -266,7 +266,7 @@ def test_lm_evals_local_chat_completions_scores_the_served_reasoner(tmp_path):
     from lm_eval.tasks import TaskManager
 
     from fake_engine import ScriptedEngine
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.reasoner import Reasoner
     from scripted import local_task
 
     rows = [{"question": f"What is {i} + 10?", "answer": f"{i} + 10 = {i + 10}\n#### {i + 10}"} for i in range(4)]

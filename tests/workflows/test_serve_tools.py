@@ -10,6 +10,8 @@ import json
 import httpx
 import pytest
 
+from stepspec.workflows.agents.toolcalls import ToolCallError
+
 from fake_engine import ScriptedEngine
 from openai_server import sdk_client, serving
 from scripted import FixedJudge
@@ -51,7 +53,7 @@ ANSWERING = ("So the shop has \\boxed{156} apples.",)
 
 
 def reasoner(draft_turns=(CALLING, ANSWERING), target_turns=(CALLING, ANSWERING), strategy="specreason", **kwargs):
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.reasoner import Reasoner
 
     target = agent_script(*target_turns, **kwargs)
     if strategy == "target-only":
@@ -180,7 +182,7 @@ def test_a_forced_call_is_read_from_its_prefilled_opening_even_a_brace_short():
     """The model continues the prefilled opening; the arguments are its first JSON value (as vLLM
     reads a forced call), so a call whose outer brace the model never closes is still the call."""
     named = reasoner(target_turns=(('{"a": 12, "b": 13}\n```',),), strategy="target-only")
-    required = reasoner(target_turns=(('add", "arguments": {"a": 1, "b": 2}}\n```\n',),), strategy="target-only")
+    required = reasoner(target_turns=(('{"name": "add", "arguments": {"a": 1, "b": 2}}\n```\n',),), strategy="target-only")
     with serving({"named": named, "required": required}) as url:
         one = ask(url, model="named", tool_choice={"type": "function", "function": {"name": "multiply"}}).json()
         two = ask(url, model="required", tool_choice="required").json()
@@ -189,7 +191,28 @@ def test_a_forced_call_is_read_from_its_prefilled_opening_even_a_brace_short():
         (call,) = choice["message"]["tool_calls"]
         assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (name, arguments)
         assert choice["finish_reason"] == "tool_calls" and not choice["message"].get("content")
-    assert required.target.prompts[0].endswith('<|assistant|>```json\n{"name": "')
+    assert required.target.prompts[0].endswith('<|assistant|>```json\n')
+    # both generated bound: the named function's arguments, any declared call's object
+    (named_sampling,), (required_sampling,) = named.target.samplings, required.target.samplings
+    assert json.loads(named_sampling.structured.json)["required"] == ["a", "b"]
+    assert {s["properties"]["name"]["const"] for s in json.loads(required_sampling.structured.json)["anyOf"]} \
+        == {"add", "multiply"}
+
+
+def test_calls_are_generated_bound_to_the_schemas_unless_the_server_turns_it_off():
+    bound, free = reasoner(strategy="target-only"), reasoner(strategy="target-only")
+    with serving({"stepspec": bound}) as url:
+        ask(url)
+    with serving({"stepspec": free}, constrained_calls=False) as url:
+        ask(url)
+    tag = json.loads(bound.target.samplings[0].structured.structural_tag)
+    assert {s["begin"] for s in tag["structures"]} >= {'```json\n{"name": "multiply", "arguments": ',
+                                                        '<tool_call>\n{"name": "add", "arguments": '}
+    assert [s.structured for s in free.target.samplings] == [None] * len(free.target.samplings)
+    with pytest.raises(ToolCallError, match="cannot bind calls to their schemas with parser 'llama3_json'"):
+        with serving({"stepspec": reasoner(strategy="target-only")}, constrained_calls=True,
+                     tool_call_parser="llama3_json"):
+            pass
 
 
 @pytest.mark.parametrize("change, says", [
@@ -216,9 +239,9 @@ def test_bad_tool_requests_are_400s_naming_the_problem_and_the_server_goes_on(ch
 
 
 def test_an_unknown_tool_call_parser_fails_when_the_server_is_built():
-    from workflows.agents.toolcalls import ToolCallError
-    from workflows.serve.app import build_app
-    from workflows.serve.settings import ServeSettings
+    from stepspec.workflows.agents.toolcalls import ToolCallError
+    from stepspec.workflows.serve.app import build_app
+    from stepspec.workflows.serve.settings import ServeSettings
 
     with pytest.raises(ToolCallError, match="unknown tool-call parser 'hermez'. Did you mean 'hermes'"):
         build_app({"stepspec": reasoner()}, ServeSettings(tool_call_parser="hermez"))
@@ -279,7 +302,7 @@ class NeverStarted(ScriptedEngine):
 
 
 def test_draft_only_answers_with_tools_from_the_draft_alone():
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.reasoner import Reasoner
 
     served = Reasoner(NeverStarted(renders_tools=True), agent_script(CALLING, ANSWERING, max_model_len=4096),
                       strategy="draft-only")
@@ -302,17 +325,17 @@ def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path
     prefix-cache counts and the tool-call steps are saved with each sample, and the report
     has their table."""
     pytest.importorskip("agents")
-    from workflows.eval.bench import BenchSpec
-    from workflows.eval.bench_run import run_bench
-    from workflows.eval.rundir import read_samples
-    from workflows.serve.agent_workload import solve_agent_task
+    from stepspec.workflows.eval.bench import BenchSettings
+    from stepspec.workflows.eval.bench_run import run_bench
+    from stepspec.workflows.eval.rundir import read_samples
+    from stepspec.workflows.serve.agent_workload import solve_agent_task
 
     turns = (("I look up the glue sticks first.\n\n", fenced("get_price", item="glue stick")),
              (fenced("get_price", item="rulers"),), (fenced("get_price", item="stapler"),),
              ("3 glue sticks cost 84 dollars and 6 rulers 144.\n\n", "4 staplers cost 4 * 17 = 68 dollars.\n\n",
               "In total he pays \\boxed{296} dollars."))
     target = agent_script(*turns)
-    spec = BenchSpec(dataset="agent-shop", limit=1, strategies=("target-only", "specreason"),
+    spec = BenchSettings(dataset="agent-shop", limit=1, strategies=("target-only", "specreason"),
                      modes=("throughput", "latency"),
                      strategy_options={"specreason": {"judge": "score", "first_target_steps": 0}})
     results = asyncio.run(run_bench(spec, tmp_path / "run", engines=(target, agent_script(*turns)),
@@ -337,19 +360,19 @@ def test_an_agent_workload_runs_in_stepspec_bench_through_the_serve_app(tmp_path
 
 
 def test_an_agent_workload_without_its_loop_is_refused_naming_the_way_to_run_it(tmp_path):
-    from workflows.eval.bench import BenchSpec
-    from workflows.eval.bench_run import run_bench
-    from workflows.eval.rundir import BenchError
+    from stepspec.workflows.eval.bench import BenchSettings
+    from stepspec.workflows.eval.bench_run import run_bench
+    from stepspec.workflows.eval.rundir import BenchError
 
-    spec = BenchSpec(dataset="agent-shop", limit=1, strategies=("target-only",))
+    spec = BenchSettings(dataset="agent-shop", limit=1, strategies=("target-only",))
     with pytest.raises(BenchError, match="'agent-shop' is an agent workload.*stepspec bench"):
         asyncio.run(run_bench(spec, tmp_path / "run", engines=(agent_script(("x",)), None)))
     assert not (tmp_path / "run").exists()
 
 
 def test_a_reply_that_never_writes_a_blank_line_runs_to_max_tokens_instead_of_failing():
-    from orchestrator.budget import Budget
-    from orchestrator.reasoner import Reasoner
+    from stepspec.orchestrator.budget import Budget
+    from stepspec.orchestrator.reasoner import Reasoner
 
     rambling = ("I will think about the boxes and " * 40).strip()  # no blank line anywhere
     served = Reasoner(agent_script((rambling,)), strategy="target-only", budget=Budget(max_step_tokens=8))

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from fake_engine import WordTokenizer
-from workflows.agents.toolcalls import ToolCallError, ToolCalling, check_tools
+from stepspec.orchestrator.steps import StepRules
+from stepspec.workflows.agents.toolcalls import ToolCallError, ToolCalling, call_formats, check_tools
 
 pytestmark = pytest.mark.vllm
 
@@ -62,7 +63,8 @@ def test_a_named_tool_choice_prefills_the_call_and_rejects_another_function():
     assert [t["function"]["name"] for t in named.rendered_tools] == ["multiply"]
     assert named.parse('{"a": 2, "b": 3}}\n```').calls[0].arguments == {"a": 2, "b": 3}
     required = calling(choice="required")
-    assert "tool_choice asks for 'multiply'" in named.check(required.parse('weather", "arguments": '
+    assert required.prefill == "```json\n"
+    assert "tool_choice asks for 'multiply'" in named.check(required.parse('{"name": "weather", "arguments": '
                                                                              '{"city": "x"}}\n```').calls[0])
     assert calling(choice="none").rendered_tools == []
     with pytest.raises(ToolCallError,
@@ -86,7 +88,7 @@ def test_tool_declarations_are_checked(tools, says):
 
 
 def test_a_typed_function_is_declared_as_its_openai_schema():
-    from workflows.agents.tools import as_tool
+    from stepspec.workflows.agents.tools import as_tool
 
     def multiply(a: int, b: int) -> int:
         """Multiply two integers."""
@@ -96,3 +98,55 @@ def test_a_typed_function_is_declared_as_its_openai_schema():
     assert check_tools([schema]) == [schema]
     assert schema["function"]["description"] == "Multiply two integers."
     assert json.loads(json.dumps(schema))["function"]["parameters"]["required"] == ["a", "b"]
+
+
+def _accepts(constraint, text: str) -> bool:
+    """Whether the grammar vLLM builds from ``constraint`` (through xgrammar, as its structured
+    outputs do) lets a model write ``text``."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    if constraint.json is not None:
+        grammar = xgr.Grammar.from_json_schema(constraint.json)
+    else:
+        tag = json.loads(constraint.structural_tag)
+        grammar = xgr.Grammar.from_structural_tag(
+            [xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"])
+             for s in tag["structures"]], tag["triggers"])
+    return _is_grammar_accept_string(grammar, text)
+
+
+def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the_schema():
+    bound = calling().constraint
+    for good in ['I multiply.\n\n```json\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}\n```',
+                 '<tool_call>\n{"name": "weather", "arguments": {"city": "Porto"}}\n</tool_call>',
+                 'Two calls.\n```json\n{"name": "weather", "arguments": {"city": "Porto"}}\n```\n'
+                 '```json\n{"name": "weather", "arguments": {"city": "Lisbon"}}\n```',
+                 "No call at all: the answer is \\boxed{6}."]:
+        assert _accepts(bound, good), good
+    for bad in ['```json\n{"name": "divide", "arguments": {"a": 2, "b": 3}}\n```',  # not declared
+                '```json\n{"name": "multiply", "arguments": {"a": 2, "b": "three"}}\n```',  # against the schema
+                '```json\n{"name": "multiply", "arguments": {"a": 2}}\n```',  # a required argument missing
+                '```json\n{"name": "weather", "arguments": {"city": ["Porto", "Lisbon"]}}\n```',  # two folded in one
+                '```json\n[{"name": "weather", "arguments": {"city": "Porto"}}]\n```']:  # a list of calls
+        assert not _accepts(bound, bad), bad
+    assert [s.opening for s in call_formats("hermes_json")] == ["```json\n", "<tool_call>\n"]
+
+
+def test_a_forced_call_is_bound_from_its_first_token():
+    named, required = calling(choice="multiply"), calling(choice="required")
+    assert _accepts(named.constraint, '{"a": 2, "b": 3}') and not _accepts(named.constraint, '{"a": 2}')
+    assert _accepts(required.constraint, '{"name": "weather", "arguments": {"city": "Porto"}}')
+    assert not _accepts(required.constraint, '{"name": "divide", "arguments": {"a": 1}}')
+    call, = required.parse('{"name": "weather", "arguments": {"city": "Porto"}}').calls
+    assert (call.name, call.arguments) == ("weather", {"city": "Porto"})
+
+
+def test_binding_is_off_when_asked_and_an_error_where_stepspec_cannot_bind():
+    assert calling(constrained=False).constraint is None
+    assert calling(choice="none").constraint is None
+    auto = calling()
+    assert auto.rules(StepRules()).constraint == auto.constraint is not None
+    assert call_formats("llama3_json") == ()
+    with pytest.raises(ToolCallError, match="cannot bind calls to their schemas with parser 'llama3_json'"):
+        ToolCalling([MULTIPLY], "llama3_json", tokenizer=WordTokenizer(), constrained=True)

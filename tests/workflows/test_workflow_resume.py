@@ -20,14 +20,14 @@ import pytest
 from fake_engine import ScriptedEngine
 from openai_server import free_port, stop_process, vllm_server
 
-from engine.openai_backend import OpenAIEngine
-from engine.protocol import EngineUnavailableError
-from engine.types import GenerationRequest, SamplingSpec
-from workflows.flows.runner import WorkflowRun, load_record
-from workflows.flows.spec import WorkflowError, load_workflow
+from stepspec.engine.openai_backend import OpenAIEngine
+from stepspec.engine.protocol import EngineUnavailableError
+from stepspec.engine.types import GenerationRequest, Sampling
+from stepspec.workflows.flows.runner import WorkflowRun, load_record
+from stepspec.workflows.flows.schema import WorkflowError, load_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
+CLI = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300",
        "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).resolve().parent), str(ROOT / "tests" / "support")])}
 
@@ -209,12 +209,12 @@ def test_resume_refuses_other_inputs_another_workflow_and_a_changed_file(tmp_pat
     old = {k: v for k, v in record.items() if k != "schema_version"}  # as records were
     (tmp_path / "old.json").write_text(json.dumps(old))
     with pytest.raises(WorkflowError, match=r"old.json \(a run record\) has no schema_version .*; this stepspec "
-                                            r"reads schema 1: migrate it once with `python "
-                                            r"benchmarks/migrate_results.py --record .*old.json`, or run the "
+                                            r"reads schema 1: migrate it once with `stepspec "
+                                            r"bench migrate --record .*old.json`, or run the "
                                             r"workflow without --resume"):
         load_record(tmp_path / "old.json")
-    migrate = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "migrate_results.py"), "--record",
-                              str(tmp_path / "old.json")], capture_output=True, text=True)
+    migrate = subprocess.run([sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()", "bench",
+                              "migrate", "--record", str(tmp_path / "old.json")], capture_output=True, text=True)
     assert migrate.returncode == 0, migrate.stderr
     assert load_record(tmp_path / "old.json") == record
 
@@ -315,7 +315,7 @@ def test_a_server_that_dies_after_start_is_named_with_the_fix_within_seconds(whe
                 server.server_close()  # the port now refuses connections, as a killed server's does
             t0 = time.perf_counter()
             with pytest.raises(EngineUnavailableError) as e:
-                await engine.generate([GenerationRequest("hi", SamplingSpec(max_tokens=4))])
+                await engine.generate([GenerationRequest("hi", Sampling(max_tokens=4))])
             return time.perf_counter() - t0, str(e.value)
         finally:
             await engine.close()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from fake_engine import ScriptedEngine
-from workflows.flows.runner import WorkflowRun, check_workflow
-from workflows.flows.spec import WorkflowError, json_schema, load_workflow
+from stepspec.workflows.flows.runner import WorkflowRun, check_workflow
+from stepspec.workflows.flows.schema import WorkflowError, json_schema, load_workflow
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "workflows" / "examples").glob("*.yaml"))
-CLI = [sys.executable, "-c", "from workflows.cli.app import main; main()"]
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "stepspec" / "workflows" / "examples").glob("*.yaml"))
+CLI = [sys.executable, "-c", "from stepspec.workflows.cli.app import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300"}
 
 GOOD = """\
@@ -24,9 +24,9 @@ engines:
   draft: {backend: vllm, model: qwen2.5-coder-0.5b}
 reasoners:
   solver: {target: target, draft: draft, strategy: specreason}
-allowed_modules: [workflows.examples.tools]
+allowed_modules: [stepspec.workflows.examples.tools]
 tools:
-  calculator: {function: "workflows.examples.tools:calculator"}
+  calculator: {function: "stepspec.workflows.examples.tools:calculator"}
 agents:
   calc: {reasoner: solver, tools: [calculator]}
 workflow:
@@ -60,7 +60,7 @@ BROKEN = [
      "unknown engine 'drafty'; did you mean 'draft'?"),
     ("cycle", ('prompt: "Plan: ${inputs.question}"', 'prompt: "Plan: ${check.output}"'), None,
      "the workflow has a cycle: "),
-    ("tool outside the allowed modules", ('"workflows.examples.tools:calculator"', '"os:system"'), 8,
+    ("tool outside the allowed modules", ('"stepspec.workflows.examples.tools:calculator"', '"os:system"'), 8,
      "module 'os', which is not in allowed_modules"),
     ("literal API key", ("draft: {backend: vllm, model: qwen2.5-coder-0.5b}",
                          "draft: {backend: openai, base_url: 'http://127.0.0.1:8000/v1', model: m, api_key: sk-abc}"),
@@ -110,7 +110,7 @@ def test_loading_never_runs_code_from_the_file(tmp_path):
         load_workflow(path)
     assert not marker.exists()
     # a tool module outside allowed_modules is never imported, even when it exists
-    path.write_text(GOOD.replace('"workflows.examples.tools:calculator"', '"tests.evil_tool:run"'))
+    path.write_text(GOOD.replace('"stepspec.workflows.examples.tools:calculator"', '"tests.evil_tool:run"'))
     with pytest.raises(WorkflowError, match="not in allowed_modules"):
         load_workflow(path)
     assert "tests.evil_tool" not in sys.modules
@@ -231,9 +231,9 @@ NAMES = [
     ("unknown engine", ("    draft: draft\n", "    draft: drat\n"), 7,
      ["unknown engine 'drat'; did you mean 'draft'?"]),
     ("misspelt tool function",
-     ("workflow:\n", ("allowed_modules: [workflows.examples.tools]\ntools:\n"
-                      "  calc: {function: 'workflows.examples.tools:calculater'}\nworkflow:\n")), 14,
-     ["module 'workflows.examples.tools' has no 'calculater'", "did you mean 'workflows.examples.tools:calculator'?"]),
+     ("workflow:\n", ("allowed_modules: [stepspec.workflows.examples.tools]\ntools:\n"
+                      "  calc: {function: 'stepspec.workflows.examples.tools:calculater'}\nworkflow:\n")), 14,
+     ["module 'stepspec.workflows.examples.tools' has no 'calculater'", "did you mean 'stepspec.workflows.examples.tools:calculator'?"]),
 ]
 
 
@@ -256,7 +256,7 @@ def test_the_block_workflow_is_valid(tmp_path):
 def test_validate_command_rejects_a_duplicate_key_and_a_misspelt_strategy(tmp_path):
     from typer.testing import CliRunner
 
-    from workflows.cli.app import app
+    from stepspec.workflows.cli.app import app
 
     path = tmp_path / "wf.yaml"
     path.write_text(BLOCK)
@@ -293,9 +293,9 @@ engines:
   target: {backend: vllm, model: qwen2.5-coder-1.5b}
 reasoners:
   solver: {target: target, strategy: target-only}
-allowed_modules: [workflows.examples.tools, test_workflows]
+allowed_modules: [stepspec.workflows.examples.tools, test_workflows]
 tools:
-  calculator: {function: "workflows.examples.tools:calculator"}
+  calculator: {function: "stepspec.workflows.examples.tools:calculator"}
   split: {function: "test_workflows:split_words"}
   boom: {function: "test_workflows:explode"}
 agents:
@@ -417,8 +417,8 @@ LIKELIHOOD_YAML = specreason_workflow("""\
 
 
 def test_a_workflow_names_the_likelihood_judge_and_its_options(tmp_path):
-    from judges.likelihood import LikelihoodJudge
-    from workflows.flows.runner import WorkflowError
+    from stepspec.judges.likelihood import LikelihoodJudge
+    from stepspec.workflows.flows.runner import WorkflowError
 
     engines = {"target": ScriptedEngine("target"), "draft": ScriptedEngine("draft")}
     path = tmp_path / "lik.yaml"

@@ -1,0 +1,1 @@
+"""Example workflow files and the tools they use (``stepspec/workflows/examples/*.yaml``)."""

@@ -1,0 +1,1 @@
+"""``stepspec serve``: reasoners behind an OpenAI-compatible endpoint (:mod:`stepspec.workflows.serve.app`)."""

@@ -1,1 +1,0 @@
-"""Example workflow files and the tools they use (``workflows/examples/*.yaml``)."""

@@ -1,1 +1,0 @@
-"""``stepspec serve``: reasoners behind an OpenAI-compatible endpoint (:mod:`workflows.serve.app`)."""
