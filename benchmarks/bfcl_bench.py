@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from served import cpu_model, start_process, start_server, stop_server  # noqa: E402
+from served import cpu_model, start_server, start_vllm_server, stop_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-bfcl"
@@ -77,20 +77,14 @@ def vllm_server(port: int, log: Path) -> subprocess.Popen:
     from stepspec.engine.dtype import choose_dtype
     from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model
     from stepspec.engine.speculation import speculative_config
-    from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp
     from stepspec.orchestrator.strategies import STRATEGIES
 
     target, draft = resolve_model(BUNDLED_TARGET), resolve_model(BUNDLED_DRAFT)
-    spec = speculative_config(STRATEGIES["target-only"].target_spec, draft_model=draft)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
-    if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
-        env["LD_PRELOAD"] = preload
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target, "--served-model-name", MODEL,
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", choose_dtype("auto", target, cpu=True).dtype,
-           "--max-model-len", str(CONTEXT), "--speculative-config", json.dumps(spec),
-           "--kv-cache-memory-bytes", str(2 << 30),  # the CPU build's default asks for 92% of memory
-           "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    return start_process(cmd, port, log, env)
+    return start_vllm_server(target, MODEL, port, log, dtype=choose_dtype("auto", target, cpu=True).dtype,
+                             max_model_len=CONTEXT, kv_cache_gib=2,
+                             speculative_config=speculative_config(STRATEGIES["target-only"].target_spec,
+                                                                   draft_model=draft),
+                             args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:

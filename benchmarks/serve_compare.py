@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -37,8 +36,7 @@ sys.path.insert(0, str(ROOT))
 from stepspec.engine.dtype import choose_dtype, cpu_info  # noqa: E402
 from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model  # noqa: E402
 from stepspec.engine.speculation import speculative_config  # noqa: E402
-from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp  # noqa: E402
-from served import start_process, stop_server  # noqa: E402 (benchmarks/: the script's own folder)
+from served import engine_env, start_process, start_vllm_server, stop_server  # noqa: E402 (benchmarks/: the script's own folder)
 from stepspec.orchestrator.prompts import reasoning_messages  # noqa: E402
 from stepspec.orchestrator.strategies import STRATEGIES  # noqa: E402
 from stepspec.workflows.eval.datasets import load_dataset  # noqa: E402
@@ -149,9 +147,7 @@ def main() -> None:
     grader = get_grader("gsm8k")
     target, draft = resolve_model(BUNDLED_TARGET), resolve_model(BUNDLED_DRAFT)
     dtype = choose_dtype("auto", target, cpu=True).dtype
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
-    if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
-        env["LD_PRELOAD"] = preload
+    env = engine_env()
     result = {"cpu": cpu_info()[0], "target_dtype": dtype, "max_tokens": args.max_tokens,
               "runs": {"vllm-server": {}, "stepspec-serve": {}}, "modes": {}}
     saved = out / "results.json"
@@ -181,11 +177,8 @@ def main() -> None:
             continue
         spec = vllm_speculation(mode, draft)
         port = free_port()
-        vllm_cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target,
-                    "--served-model-name", "target", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-                    "--max-model-len", "4096", "--kv-cache-memory-bytes", str(int(args.kv_cache_gib * 2**30)),
-                    "--speculative-config", json.dumps(spec)]
-        proc = start_process(vllm_cmd, port, out / "vllm_server.log", env)
+        proc = start_vllm_server(target, "target", port, out / "vllm_server.log", dtype=dtype, max_model_len=4096,
+                                 kv_cache_gib=args.kv_cache_gib, speculative_config=spec)
         try:
             base = asyncio.run(measure(f"http://127.0.0.1:{port}", "target", subset, reasoning_messages,
                                        args.max_tokens, mode == "concurrent"))

@@ -25,6 +25,33 @@ def start_server(args: list[str], port: int, log: Path, timeout_s: float = 900) 
                          timeout_s=timeout_s)
 
 
+def engine_env() -> dict[str, str]:
+    """The environment a server's engines run in: offline, on 127.0.0.1, Intel OpenMP first (as
+    stepspec's own engines start)."""
+    from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
+    if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
+        env["LD_PRELOAD"] = preload
+    return env
+
+
+def start_vllm_server(model: str, served_name: str, port: int, log: Path, *, dtype: str, max_model_len: int,
+                      kv_cache_gib: float, speculative_config: dict | None, args: tuple[str, ...] | list[str] = ()
+                      ) -> subprocess.Popen:
+    """vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``) on ``model``, serving
+    ``served_name``, with the KV cache given in bytes (the CPU build's default asks for 92% of the
+    machine's memory), once it answers /health; ``args``: more of its flags."""
+    import json
+    import sys
+
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name",
+           served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-model-len",
+           str(max_model_len), "--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30)),
+           *(["--speculative-config", json.dumps(speculative_config)] if speculative_config else []), *args]
+    return start_process(cmd, port, log, engine_env())
+
+
 def start_process(cmd: list[str], port: int, log: Path, env: dict[str, str] | None = None,
                   timeout_s: float = 900) -> subprocess.Popen:
     """A server ``cmd`` in a process group of its own, once it answers /health on ``port``.

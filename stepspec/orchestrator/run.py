@@ -13,7 +13,6 @@ reading the engines' global counters.
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
@@ -415,7 +414,7 @@ class TraceRun:
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` (a step, with the open step's pieces before it) holds a tool call
         (``rules.action_pattern``)."""
-        return bool(self.rules.action_pattern and re.search(self.rules.action_pattern, text))
+        return self.rules.holds_call(text)
 
     def invalid_call(self, text: str) -> str | None:
         """Why the call ``text`` makes is invalid (``rules.action_check``), or None (no call, or a good one)."""

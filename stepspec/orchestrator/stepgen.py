@@ -10,7 +10,6 @@ continues it directly (see :func:`stepspec.orchestrator.trace.join_steps`).
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -84,7 +83,7 @@ def step_end(prompt: str, text: str, finish: FinishReason, rules: StepRules,
     boxed = last_boxed(text) is not None and not inside_thinking(prompt + text, rules)
     complete = finish is not FinishReason.LENGTH or boxed
     ends = StepEnd.TRACE if finish is FinishReason.EOS or boxed else None
-    if rules.action_pattern and complete and re.search(rules.action_pattern, text) and (
+    if complete and rules.holds_call(text) and (
             not rules.several_calls or (stop_string is not None and stop_string == rules.action_stop)):
         ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
     return complete, ends

@@ -53,6 +53,10 @@ class StepRules:
     # continues an open call goes on without it (a structure binds from its opening).
     constraint: Structured | None = None
 
+    def holds_call(self, text: str) -> bool:
+        """Whether ``text`` holds (the beginning of) a tool call (``action_pattern``)."""
+        return self.action_pattern is not None and re.search(self.action_pattern, text) is not None
+
     def __post_init__(self) -> None:
         if self.action_pattern is not None:
             try:
@@ -76,9 +80,7 @@ def constraint_after(rules: StepRules, text: str) -> Structured | None:
     """What a generation that continues ``text`` (the step written so far) must follow:
     ``rules.constraint``, unless ``text`` already holds a call's opening (a structure binds from
     its opening; a continuation inside it goes on free)."""
-    if rules.constraint is None or (rules.action_pattern and re.search(rules.action_pattern, text)):
-        return None
-    return rules.constraint
+    return None if rules.holds_call(text) else rules.constraint
 
 
 def inside_code_block(text: str) -> bool:

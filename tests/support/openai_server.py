@@ -66,15 +66,16 @@ def start_vllm_server(model_path: str | Path, port: int, log: Path, *, served_na
         return subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
 
 
-def wait_healthy(proc: subprocess.Popen, base_url: str, log: Path, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
-    """Until ``base_url/health`` answers 200; a server that exits or takes longer than
+def wait_healthy(proc: subprocess.Popen, base_url: str, log: Path, timeout_s: float = SERVER_START_TIMEOUT_S,
+                 path: str = "/health") -> None:
+    """Until ``base_url`` + ``path`` answers 200; a server that exits or takes longer than
     ``timeout_s`` fails the test with its log's tail."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"the server at {base_url} exited with {proc.returncode}:\n{log_tail(log)}")
         try:
-            if httpx.get(f"{base_url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{base_url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass  # not up yet

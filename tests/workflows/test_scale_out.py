@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,20 +32,6 @@ def requests_served(url: str) -> int:
     return round(sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:request_success_total")))
 
 
-def wait_answering(proc: subprocess.Popen, url: str, path: str, log: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{url} exited with {proc.returncode}:\n{log_tail(log)}")
-        try:
-            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    pytest.fail(f"{url}{path} did not answer within {timeout_s:g} s:\n{log_tail(log)}")
-
-
 def test_two_replicas_behind_vllm_router_keep_a_trace_on_one_and_share_the_traces(tmp_path):
     router_bin = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
     target = build_tiny_model(tmp_path / "target", seed=0, weight_std=0.5, tie_word_embeddings=False)
@@ -66,7 +51,7 @@ def test_two_replicas_behind_vllm_router_keep_a_trace_on_one_and_share_the_trace
             procs.append(subprocess.Popen([router_bin, "--port", str(router_port), "--worker-urls", *replicas,
                                            "--policy", "cache_aware"], stdout=out, stderr=subprocess.STDOUT))
         router = f"http://127.0.0.1:{router_port}"
-        wait_answering(procs[-1], router, "/v1/models", router_log)
+        wait_healthy(procs[-1], router, router_log, timeout_s=120, path="/v1/models")
         serve_port, serve_log = free_port(), tmp_path / "serve.log"
         with open(serve_log, "ab") as out:  # docs/serving.md's command, on the tiny pair
             procs.append(subprocess.Popen(
@@ -75,7 +60,7 @@ def test_two_replicas_behind_vllm_router_keep_a_trace_on_one_and_share_the_trace
                  "--draft", str(draft), "--max-tokens", "80", "--max-step-tokens", "16", "--kv-cache-gib", "0.25",
                  "--max-model-len", "1024"], stdout=out, stderr=subprocess.STDOUT))
         served = f"http://127.0.0.1:{serve_port}"
-        wait_answering(procs[-1], served, "/health", serve_log, timeout_s=300)
+        wait_healthy(procs[-1], served, serve_log, timeout_s=300)
 
         def ask(question: str) -> dict:
             body = {"model": "stepspec", "max_tokens": 80, "messages": [{"role": "user", "content": question}]}

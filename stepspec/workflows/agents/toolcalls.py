@@ -179,17 +179,20 @@ def call_start(name: str, cls: type) -> str:
                         f"token); use {DEFAULT_TOOL_CALL_PARSER} or hermes")
 
 
-def call_formats(name: str) -> tuple[CallFormat, ...]:
-    """How the calls of the parser ``name`` open, as far as stepspec knows (``CALL_FORMATS``, or
-    a parser whose calls open with ``<tool_call>``); () where it does not."""
+def call_formats(name: str, cls: type | None = None) -> tuple[CallFormat, ...]:
+    """How the calls of the parser ``name`` (its class ``cls``, looked up if not given) open, as far
+    as stepspec knows (``CALL_FORMATS``, or a parser whose calls open with ``<tool_call>``); ()
+    where it does not."""
     if name in CALL_FORMATS:
         return CALL_FORMATS[name]
-    return CALL_FORMATS["hermes"] if getattr(parser_class(name), "tool_call_start_token", "") == "<tool_call>" else ()
+    start = getattr(cls or parser_class(name), "tool_call_start_token", "")
+    return CALL_FORMATS["hermes"] if start == "<tool_call>" else ()
 
 
-def check_bindable(name: str) -> None:
-    """That calls read by the parser ``name`` can be bound to their schemas; else a :class:`ToolCallError`."""
-    if not call_formats(name):
+def check_bindable(name: str, formats: Sequence[CallFormat] | None = None) -> None:
+    """That calls read by the parser ``name`` (opening in ``formats``, looked up if not given) can
+    be bound to their schemas; else a :class:`ToolCallError`."""
+    if not (call_formats(name) if formats is None else formats):
         raise ToolCallError(f"stepspec cannot bind calls to their schemas with parser '{name}' (it knows how calls "
                             f"open for {', '.join(CALL_FORMATS)}); use one of those, or turn the binding off "
                             "(constrained_calls false)")
@@ -218,15 +221,15 @@ class ToolCalling:
         check_choice(choice, list(self.schemas))
         self.choice, self.parallel, self.parser_name = choice, parallel, parser
         cls = parser_class(parser)
+        formats = call_formats(parser, cls)
         if constrained is True and choice != "none":
-            check_bindable(parser)
+            check_bindable(parser, formats)
         if tokenizer is None:
             raise ToolCallError("tool calling needs the model's tokenizer on this machine (the parser is built with "
                                 "it); give the engine a tokenizer")
         self.parser = cls(tokenizer, None)
         self.forced = choice not in ("auto", "none")
         self.start = r"(?s)." if self.forced else call_start(parser, cls)  # forced: every step continues the call
-        formats = call_formats(parser)
         self.prefill = ""
         if self.forced:
             if not formats:
