@@ -159,6 +159,7 @@ class JudgeEntry(Entry):
 
     judge: Callable[..., Judge] = field(default=None, repr=False)  # type: ignore[assignment]
     needs_engine: bool = True
+    about: str = ""  # what it decides by, in a few words (the docs' judge table)
 
     def build(self, engine: Any, options: Any) -> Judge:
         """The judge, with ``engine`` (the model it asks, if any) and validated ``options``."""
@@ -179,16 +180,17 @@ JUDGES: Registry[JudgeEntry] = Registry("judge", JudgeError)
 J = TypeVar("J", bound=type)
 
 
-def judge(name: str, options: type[JudgeOptions], *, needs_engine: bool = True) -> Callable[[J], J]:
+def judge(name: str, options: type[JudgeOptions], *, needs_engine: bool = True, about: str = ""
+          ) -> Callable[[J], J]:
     """Register the decorated judge class as judge ``name`` with its options model; ``needs_engine``:
-    it asks a model (built with the target's engine). Example::
+    it asks a model (built with the target's engine); ``about``: what it decides by. Example::
 
         @judge("exact", ExactOptions, needs_engine=False)
         class ExactJudge: ...
     """
 
     def register(cls: J) -> J:
-        JUDGES.add(JudgeEntry(name, options, cls, needs_engine))
+        JUDGES.add(JudgeEntry(name, options, cls, needs_engine, about))
         return cls
 
     return register

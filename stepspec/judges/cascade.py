@@ -48,7 +48,8 @@ class CascadeOptions(JudgeOptions):
         return getattr(self, rung.replace("-", "_"))
 
 
-@judge("cascade", CascadeOptions, needs_engine=False)
+@judge("cascade", CascadeOptions, needs_engine=False,
+       about="its rungs in turn (exact, embedding, score), each deciding only the steps the ones before it were unsure of")
 class CascadeJudge:
     name = "cascade"
 

@@ -40,7 +40,8 @@ class EmbeddingOptions(JudgeOptions):
         return self
 
 
-@judge("embedding", EmbeddingOptions, needs_engine=False)
+@judge("embedding", EmbeddingOptions, needs_engine=False,
+       about="the cosine similarity of the drafted and the target's step (MiniLM); a step whose numbers differ is never accepted")
 class EmbeddingJudge(Configured):
     name = "embedding"
     needs_target_step = True

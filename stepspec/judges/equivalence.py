@@ -57,7 +57,8 @@ class LLMEquivalenceOptions(JudgeOptions):
         return template
 
 
-@judge("llm-equivalence", LLMEquivalenceOptions)
+@judge("llm-equivalence", LLMEquivalenceOptions,
+       about="the target answers yes or no, in one token, to whether the drafted and its own step say the same")
 class LLMEquivalenceJudge(Configured):
     name = "llm-equivalence"
     needs_target_step = True

@@ -18,7 +18,16 @@ from stepspec.judges.base import JUDGES, Judge, JudgeEntry, JudgeOptions
 
 JUDGES.order(["score", "likelihood", "exact", "embedding", "llm-equivalence", "cascade"])
 
-__all__ = ["JUDGES", "JudgeEntry", "judge_options", "judge_options_model", "make_judge"]
+__all__ = ["JUDGES", "JudgeEntry", "judge_options", "judge_options_model", "judge_table", "make_judge"]
+
+
+def judge_table() -> str:
+    """The judges as a markdown table (the docs' table): each name, what it decides by, whether
+    it asks a model, its options with their defaults."""
+    rows = ["| judge | decides by | asks a model | options (defaults) |", "|---|---|---|---|"]
+    for e in JUDGES.values():
+        rows.append(f"| `{e.name}` | {e.about} | {'yes' if e.needs_engine else 'no'} | {e.options_line()} |")
+    return "\n".join(rows) + "\n"
 
 
 def judge_options_model(name: str) -> type[JudgeOptions]:

@@ -147,9 +147,7 @@ class BestOfN(Policy):
         steps = chosen.steps + (await split_sample(run, chosen.sampler, chosen.sample, len(chosen.steps),
                                                    backoff=chosen.sampler is not self.sampler)
                                 if chosen.sample else [])
-        for i, record in enumerate(steps):
-            run.add(record, chosen.ends if i == len(steps) - 1 else None)
-        run.end(StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)  # unless its last step ended it
+        run.adopt(steps, chosen.ends, StopReason.EOS if chosen.complete else StopReason.MAX_TOKENS)
         self.found = {"samples": [{"text": s.text(run.rules.delimiter), "answer": a, "num_tokens": s.num_tokens,
                                    "score": s.score, "cuts": [r.cut for r in s.steps if r.cut is not None]}
                                   for s, a in zip(solutions, answers)],

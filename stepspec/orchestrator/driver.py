@@ -17,7 +17,7 @@ driver owns everything else, the same way for every strategy:
 
 A step policy calls ``run.write`` (a model writes a step), ``run.judge``, and
 ``run.keep`` (the step joins the trace). A search policy (tree, best-of-n) is the
-same shape: its one ``step`` searches, keeps the chosen steps and ``run.end``-s the
+same shape: its one ``step`` searches, and ``run.adopt``-s the chosen steps, ending the
 trace with the search's stop reason.
 
 Strategies register themselves (:mod:`stepspec.orchestrator.registry`). Options: each strategy
@@ -129,7 +129,7 @@ class Policy:
         return Turn.GOVERNED
 
     async def step(self, run: TraceRun) -> None:
-        """Write the next step(s): ``run.keep`` them (a search: keep its chosen steps and ``run.end``)."""
+        """Write the next step(s): ``run.keep`` them (a search: ``run.adopt`` its chosen steps)."""
         raise NotImplementedError
 
     async def close(self) -> None:

@@ -259,7 +259,19 @@ class TraceRun:
         writes on from there (greedy: its first token is its own top choice at the cut);
         otherwise it writes the whole step. ``cap``: at most this many tokens each (1: only the
         target's token at the cut; the step stays open, ``complete=False``, unless that token ends
-        it). ``sampling``: temperature and seeds, to sample."""
+        it; greedy, the target's token at a cut is the one the verification already computed, read
+        without a call where it can be: :meth:`_token_at_cut`). ``sampling``: temperature and seeds,
+        to sample."""
+        greedy_token = cap == 1 and not sampling.get("temperature")
+        known = [await self._token_at_cut(v, b) if greedy_token else None for v, b in zip(verdicts, bases)]
+        todo = [i for i, k in enumerate(known) if k is None]
+        written = iter(await self._write_at_cuts([verdicts[i] for i in todo], [bases[i] for i in todo], cap, **sampling)
+                       if todo else [])
+        return [k if k is not None else next(written) for k in known]
+
+    async def _write_at_cuts(self, verdicts: Sequence[Verdict], bases: Sequence[Sequence[StepRecord]],
+                             cap: int | None, **sampling: Any) -> list[GeneratedStep]:
+        """The target writes each step of :meth:`rewrite_many`, in one batched call."""
         cuts = [v.cut for v in verdicts]
         # a token resampled at the cut (sampling verifier) counts as the target's
         resampled = [int(c is not None and c.resampled_text is not None) for c in cuts]
@@ -269,7 +281,7 @@ class TraceRun:
         written = await self.write_many(Author.TARGET, bases, caps, heads=heads, **sampling)
         return [replace(w, num_tokens=w.num_tokens + r) for w, r in zip(written, resampled)]
 
-    async def token_at_cut(self, verdict: Verdict, steps: Sequence[StepRecord] | None = None) -> GeneratedStep | None:
+    async def _token_at_cut(self, verdict: Verdict, steps: Sequence[StepRecord]) -> GeneratedStep | None:
         """The target's step piece at ``verdict``'s cut without a call: the kept drafted text and the
         target's greedy token there, which the verification already computed (one decoded token,
         the step left open unless it closes a ``\\boxed{}``). None where a call must write it: no
@@ -283,11 +295,9 @@ class TraceRun:
                 or cut.target_token_id in special:
             return None
         text = await self.engines[Author.TARGET].adecode([cut.target_token_id])
-        stops = (self.rules.delimiter, self.rules.think_end, self.rules.action_stop)
-        if not text or "\ufffd" in text or any(stop and stop in text for stop in stops):
+        if not text or "\ufffd" in text or any(stop in text for stop in self.rules.stops):
             return None  # (a byte token of a longer character reads as U+FFFD alone: its text comes in context)
-        prompt = self.prompt(Author.TARGET, self.steps if steps is None else steps)
-        complete, ends = step_end(prompt, cut.kept_text + text, FinishReason.LENGTH, self.rules)
+        complete, ends = step_end(self.prompt(Author.TARGET, steps), cut.kept_text + text, FinishReason.LENGTH, self.rules)
         return GeneratedStep(cut.kept_text + text, 1, complete, ends, 0.0, token_ids=(cut.target_token_id,))
 
     async def steps_in(self, author: Author, text: str) -> list[tuple[str, int]]:
@@ -295,7 +305,7 @@ class TraceRun:
         texts = split_steps(text, self.rules.delimiter) or [text]
         return [(t, await self.engines[author].acount_tokens(t)) for t in texts]
 
-    async def write_run(self, author: Author, cap: int, **fields: Any) -> None:
+    async def _write_run(self, author: Author, cap: int, **fields: Any) -> None:
         """``author`` writes on in one generation (no stop at the delimiter) of at most ``cap``
         tokens within the budget, kept as the steps it holds: split at the delimiter, each
         counted and timed by its share of the tokens, up to the step that ends the trace
@@ -309,30 +319,30 @@ class TraceRun:
             last = i == len(split) - 1
             boxed = last_boxed(text) is not None and not inside_thinking(self.prompt(author) + text, self.rules)
             work = Work(n, piece.seconds * n / max(1, sum(counts)))
-            self.add(StepRecord.written(len(self.steps), author, text, work, complete=piece.complete or not last,
+            self._add(StepRecord.written(len(self.steps), author, text, work, complete=piece.complete or not last,
                                         **fields), piece.ends if last else StepEnd.TRACE if boxed else None)
             if self.stop_reason() is not None:
                 return
 
     async def write_on(self, author: Author, run_tokens: int, **fields: Any) -> None:
         """``author`` writes the trace's next step(s) and keeps them (``fields``: each record's):
-        with ``run_tokens``, up to that many tokens in one generation (:meth:`write_run`);
+        with ``run_tokens``, up to that many tokens in one generation (:meth:`_write_run`);
         with 0, one step in one call."""
         if run_tokens:
-            await self.write_run(author, run_tokens, **fields)
+            await self._write_run(author, run_tokens, **fields)
         else:
             self.keep(author, await self.write(author), **fields)
 
     def keep(self, author: Author, step: GeneratedStep, **fields: Any) -> None:
         """Add ``step``, written by ``author``, to the trace (``fields``: a verdict's)."""
-        self.add(written_step(len(self.steps), author, step, **fields), step.ends)
+        self._add(written_step(len(self.steps), author, step, **fields), step.ends)
 
     def candidate(self, drafted: GeneratedStep, previous: Sequence[StepRecord] | None = None,
                   target_step: str | None = None, temperature: float = 0.0, seed: int | None = None
                   ) -> StepCandidate:
         """What a judge sees of a step drafted after ``previous`` (default: the trace): its text
         in context and, for a token-level verifier, the target's prompt it continues and its tokens;
-        ``exact`` when the step holds a tool call (``rules.action_pattern``)."""
+        ``exact`` when the step holds a tool call (``rules.calls``)."""
         previous = self.steps if previous is None else previous
         head = self.open_step_text() if previous is self.steps else ""
         exact = self.holds_call(head + drafted.text)
@@ -348,11 +358,11 @@ class TraceRun:
         return StepCandidate(self.question, tuple(s.text for s in previous), text,
                              opening_messages=opening_messages(self.question))
 
-    def add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
+    def _add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
         """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
         if ends is not StepEnd.THINKING and record.complete:
             holds = self.holds_call(self.open_step_text() + record.text)  # written in one piece or several
-            if not self.rules.several_calls:
+            if self.rules.calls is None or not self.rules.calls.several:
                 ends = StepEnd.ACTION if holds else ends  # a tool call: the agent runs it
             elif (holds and ends is not None) or (not holds and self.calls_written()):
                 ends = StepEnd.ACTION  # the last of the turn's calls: the model stopped, or wrote no other
@@ -374,14 +384,17 @@ class TraceRun:
                 f"between steps (e.g. '\\n'), or raise max_step_tokens / max_cut_steps",
                 self.finish(StopReason.ERROR, error="step delimiter never appeared"))
 
-    def end(self, reason: StopReason) -> None:
-        """Stop the trace for ``reason`` unless a step already ended it (a search that chose its steps)."""
-        self.ended = self.ended or StopReason(reason)
+    def adopt(self, steps: Sequence[StepRecord], ends: StepEnd | None, stop: StopReason) -> None:
+        """A search's chosen steps join the trace, the last with what it ``ends``; the trace stops
+        for ``stop`` unless one of them ended it."""
+        for i, record in enumerate(steps):
+            self._add(record, ends if i == len(steps) - 1 else None)
+        self.ended = self.ended or StopReason(stop)
 
     async def judge(self, judge: Judge, candidates: Sequence[StepCandidate]) -> list[Verdict]:
         """``judge``'s verdicts on ``candidates``; a drafted tool call that
-        ``rules.action_check`` finds invalid is rejected whole without asking it. Under
-        ``rules.constraint`` a cut in a drafted step that holds a call rejects the step whole: the
+        ``rules.calls`` finds invalid is rejected whole without asking it. Under a call
+        constraint (``rules.calls.constraint``) a cut in a drafted step that holds a call rejects the step whole: the
         target writes the step again from its start, the call bound from its opening (a
         continuation from inside a call, or from a kept opening, would be free)."""
         head = self.open_step_text()  # a drafted piece continues the step written so far
@@ -391,7 +404,7 @@ class TraceRun:
             verdicts = iter(await judge.judge(asked) if asked else [])
         out = [Verdict(TOOL_CALL_CHECK, False) if i in invalid else next(verdicts) for i in range(len(candidates))]
         self.num_judge_calls += sum(v.num_judge_calls for v in out)
-        if self.rules.constraint is not None:  # a cut in a step that holds a call: written again whole, bound
+        if self.rules.calls is not None and self.rules.calls.constraint is not None:  # a cut in a step that holds a call: written again whole, bound
             out = [replace(v, cut=None) if v.cut is not None and self.holds_call(head + c.draft_step) else v
                    for v, c in zip(out, candidates)]
         return out
@@ -413,14 +426,14 @@ class TraceRun:
 
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` (a step, with the open step's pieces before it) holds a tool call
-        (``rules.action_pattern``)."""
+        (``rules.calls``)."""
         return self.rules.holds_call(text)
 
     def invalid_call(self, text: str) -> str | None:
-        """Why the call ``text`` makes is invalid (``rules.action_check``), or None (no call, or a good one)."""
-        if self.rules.action_check is None or not self.holds_call(text):
+        """Why the call ``text`` makes is invalid (``rules.calls.problem``), or None (no call, or a good one)."""
+        if self.rules.calls is None or not self.holds_call(text):
             return None
-        return self.rules.action_check(text)
+        return self.rules.calls.problem(text)
 
     # -- stopping --------------------------------------------------------------------
 
@@ -446,7 +459,7 @@ class TraceRun:
         """After ``</think>`` (or a router's "stop"): ``author``'s engine writes the final
         answer in one piece, within the tokens left. Returns the trace's stop reason."""
         step = await self.write(author, cap=max(1, self.budget.max_tokens - self.num_tokens), until_end=True)
-        self.add(written_step(len(self.steps), author, step))
+        self._add(written_step(len(self.steps), author, step))
         self.ended = (StopReason.ANSWER if find_answer(step.text, self.rules) is not None
                       else StopReason.EOS if step.complete else StopReason.MAX_TOKENS)
         return self.ended

@@ -116,7 +116,7 @@ class SpecReason(Policy):
         if verdict.accept:
             run.keep(Author.DRAFT, drafted, **judged)
         elif verdict.cut is not None and cuts_in_open_step(run.steps) < self.options.draft_after_cut:
-            piece = await run.token_at_cut(verdict) or await run.rewrite(verdict, cap=1)
+            piece = await run.rewrite(verdict, cap=1)  # the verification's token at the cut: no call
             run.keep(Author.TARGET, piece, **judged)
         else:
             run.keep(Author.TARGET, await run.rewrite(verdict), **judged)

@@ -77,14 +77,15 @@ def step_end(prompt: str, text: str, finish: FinishReason, rules: StepRules,
     """(complete, what it ends) of a step ``text`` after ``prompt`` whose generation finished with
     ``finish`` (at ``stop_string``): complete unless it ran into the token cap, where a closed
     ``\\boxed{}`` (outside the thinking) completes it and ends the trace, as the end of the answer
-    does. A step holding a tool call ends the trace for its call to run; with
-    ``rules.several_calls`` only where the model stops to read a result (the trace decides the
-    rest, :meth:`stepspec.orchestrator.run.TraceRun.add`)."""
+    does. A step holding a tool call ends the trace for its call to run; where a turn may write
+    several (``rules.calls.several``) only where the model stops to read a result (the trace
+    decides the rest as each step joins the trace, :class:`stepspec.orchestrator.run.TraceRun`)."""
     boxed = last_boxed(text) is not None and not inside_thinking(prompt + text, rules)
     complete = finish is not FinishReason.LENGTH or boxed
     ends = StepEnd.TRACE if finish is FinishReason.EOS or boxed else None
-    if complete and rules.holds_call(text) and (
-            not rules.several_calls or (stop_string is not None and stop_string == rules.action_stop)):
+    calls = rules.calls
+    if complete and calls is not None and rules.holds_call(text) and (
+            not calls.several or (stop_string is not None and stop_string == calls.stop)):
         ends = StepEnd.ACTION  # a tool call: the agent runs it before anything else is written
     return complete, ends
 
@@ -111,7 +112,7 @@ async def generate_steps(
     starts with (the kept part of a cut drafted step); generation continues after it,
     the returned text includes it and ``num_tokens`` counts only what was generated.
     ``opens``: the open step's pieces each prompt already ends with (a step continued); with
-    ``rules.constraint`` a generation follows it unless a call is already open there or in
+    ``rules.calls.constraint`` a generation follows it unless a call is already open there or in
     its head (:func:`~stepspec.orchestrator.steps.constraint_after`)."""
     t0 = time.perf_counter()
     caps = [max_step_tokens] * len(prompts) if isinstance(max_step_tokens, int) else list(max_step_tokens)
@@ -125,9 +126,7 @@ async def generate_steps(
     token_ids: list[list[int]] = [[] for _ in prompts]
     token_texts: list[list[str]] = [[] for _ in prompts]
     token_tops: list[list[tuple[tuple[int, float], ...]]] = [[] for _ in prompts]
-    stop = (rules.think_end,) if until_end else (rules.delimiter, rules.think_end)
-    if rules.action_stop:
-        stop += (rules.action_stop,)
+    stop = tuple(s for s in rules.stops if s != rules.delimiter) if until_end else rules.stops
     pending = list(range(len(prompts)))
     while pending:
         requests = [

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from stepspec.engine.types import Structured
 
@@ -26,43 +26,79 @@ CODE_FENCE = "```"
 DEFAULT_ANSWER_PATTERNS = (r"[Tt]he (?:final )?answer is:?\s*\$?(?P<answer>-?[\d,]*\.?\d+)",)
 
 
+@runtime_checkable
+class CallRule(Protocol):
+    """How a trace's tool calls are found, ended and checked: the rule an agent or a served request
+    with tools gives its steps (:class:`StepRules.calls`). Implemented by
+    :class:`stepspec.workflows.agents.toolcalls.ToolCalling` (declared tools, read by a vLLM tool
+    parser) and :class:`TextCalls` (an agent's text actions).
+
+    ``start``: the regex where a call begins in a step's text; a step matching it holds a call, and
+    the trace ends there (stop reason "action") for the call to run. ``stop``: where the call's
+    result would begin if the model went on to write it: generation stops there. ``several``: a
+    turn may write several calls, a step each; the trace ends at the first later step that holds
+    none, or where the model stops to read a result. ``constraint``: what a step's text must follow
+    where no call is open in it yet (the declared tools' schemas once a call opens: vLLM's
+    structured outputs); None: free text. :meth:`problem`: why the call(s) a step's text holds are
+    invalid (an undeclared tool, arguments against its schema), or None; a drafted step holding an
+    invalid call is rejected whole before any judge sees it, and the target writes the step.
+
+    Worked example: ``TextCalls(start=r"Action:", stop="Observation:")``: the step "Action:
+    search(\"tea\")" ends the trace; a model going on to write "Observation:" is stopped there."""
+
+    start: str
+    stop: str
+    several: bool
+    constraint: Structured | None
+
+    def problem(self, text: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class TextCalls:
+    """A :class:`CallRule` for calls written as text (an agent's ``Action: tool(...)`` lines):
+    found by ``start``, never invalid here (the agent reads each call when it runs it)."""
+
+    start: str
+    stop: str
+    several: bool = False
+    constraint: Structured | None = None
+
+    def problem(self, text: str) -> str | None:
+        return None
+
+
 @dataclass(frozen=True)
 class StepRules:
-    """How text is cut into steps and where the answer is found."""
+    """How text is cut into steps and where the answer is found; ``calls``: how the trace's tool
+    calls are found and checked (:class:`CallRule`; None: no tools)."""
 
     delimiter: str = "\n\n"
     # Regexes tried after \boxed{}; each must have a named group "answer".
     answer_patterns: tuple[str, ...] = DEFAULT_ANSWER_PATTERNS
     think_start: str = "<think>"
     think_end: str = "</think>"
-    # Agents: a step matching ``action_pattern`` (a tool call) ends the trace with
-    # stop reason "action"; generation also stops where the model starts to write
-    # the observation itself (``action_stop``), which the tool must give.
-    action_pattern: str | None = None
-    action_stop: str | None = None
-    # Given the text of a drafted step that holds a call, why the call is invalid (an
-    # undeclared tool, arguments against its schema), or None: such a step is rejected
-    # whole before any judge sees it, and the target writes the step.
-    action_check: Callable[[str], str | None] | None = field(default=None, compare=False)
-    # Several calls a turn: a step holding a call does not end the trace, the model may write
-    # more calls after it; the trace ends (stop reason "action") at the first later step that
-    # holds none, or where the model ends its turn.
-    several_calls: bool = False
-    # What a step's text must follow where no call is open in it yet (the declared tools'
-    # schemas once a call opens: vLLM's structured outputs); None: free text. A step that
-    # continues an open call goes on without it (a structure binds from its opening).
-    constraint: Structured | None = None
+    calls: CallRule | None = None
 
     def holds_call(self, text: str) -> bool:
-        """Whether ``text`` holds (the beginning of) a tool call (``action_pattern``)."""
-        return self.action_pattern is not None and re.search(self.action_pattern, text) is not None
+        """Whether ``text`` holds (the beginning of) a tool call (``calls.start``)."""
+        return self.calls is not None and re.search(self.calls.start, text) is not None
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Where every step's generation stops: the delimiter, the end of the thinking, and where a
+        call's result would begin."""
+        return (self.delimiter, self.think_end) + ((self.calls.stop,) if self.calls is not None else ())
 
     def __post_init__(self) -> None:
-        if self.action_pattern is not None:
+        if self.calls is not None:
+            if not isinstance(self.calls, CallRule):
+                raise ValueError(f"calls={self.calls!r} is not a call rule: it needs start, stop, several, constraint "
+                                 "and a problem(text) method (stepspec.orchestrator.steps.CallRule)")
             try:
-                re.compile(self.action_pattern)
+                re.compile(self.calls.start)
             except re.error as e:
-                raise ValueError(f"action pattern {self.action_pattern!r} is not a valid regex: {e}") from e
+                raise ValueError(f"call start {self.calls.start!r} is not a valid regex: {e}") from e
         if not self.delimiter:
             raise ValueError("the step delimiter must be a non-empty string, e.g. '\\n\\n'")
         if not self.think_start or not self.think_end:
@@ -78,9 +114,9 @@ class StepRules:
 
 def constraint_after(rules: StepRules, text: str) -> Structured | None:
     """What a generation that continues ``text`` (the step written so far) must follow:
-    ``rules.constraint``, unless ``text`` already holds a call's opening (a structure binds from
-    its opening; a continuation inside it goes on free)."""
-    return None if rules.holds_call(text) else rules.constraint
+    ``rules.calls.constraint``, unless ``text`` already holds a call's opening (a structure binds
+    from its opening; a continuation inside it goes on free)."""
+    return None if rules.calls is None or rules.holds_call(text) else rules.calls.constraint
 
 
 def inside_code_block(text: str) -> bool:

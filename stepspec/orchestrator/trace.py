@@ -22,7 +22,7 @@ class StepEnd(StrEnum):
 
     TRACE = "trace"  # EOS, or a boxed answer outside any <think> block
     THINKING = "thinking"  # it closed the </think> block
-    ACTION = "action"  # it holds a tool call (StepRules.action_pattern)
+    ACTION = "action"  # it holds a tool call (StepRules.calls)
 
 
 class StopReason(StrEnum):
@@ -33,7 +33,7 @@ class StopReason(StrEnum):
     # The </think> block closed: the driver has the answer written after it, so a finished
     # trace stops for that answer's reason instead (a step state, never a final one today).
     THINKING = "thinking"
-    ACTION = "action"  # a step holds a tool call (StepRules.action_pattern): the agent runs it
+    ACTION = "action"  # a step holds a tool call (StepRules.calls): the agent runs it
     MAX_STEPS = "max_steps"  # Budget.max_steps steps written
     MAX_TOKENS = "max_tokens"  # Budget.max_tokens tokens of text (a search: its chosen branch)
     TIMEOUT = "timeout"  # Budget.max_seconds passed

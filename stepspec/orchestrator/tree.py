@@ -234,11 +234,9 @@ class TreeSearch(Policy):
                 break
         self.num_finished, (best, self.votes) = len(finished), choose(finished, open_, run.rules, o.vote)
         self.tree.mark([best], "chosen")
-        for i, record in enumerate(best.steps):
-            run.add(record, best.ends if i == len(best.steps) - 1 else None)
         if best in finished:  # unless its last step ended it
             stop = StopReason.REPETITION if repeats(best.steps) else StopReason.MAX_TOKENS
-        run.end(stop)
+        run.adopt(best.steps, best.ends, stop)
 
     async def expand(self, run: TraceRun, open_: list[Branch], depth: int) -> list[Branch]:
         """Every open branch's children: k proposals each (one batched call), all judged in one batch

@@ -34,11 +34,12 @@ the target (action ``target``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, Sequence, TypeVar, runtime_checkable
 
 from stepspec.common.options import Options
+from stepspec.common.registry import Entry, Registry
 
 class Action(StrEnum):
     """What a router decides about a drafted step."""
@@ -103,6 +104,38 @@ class Router(Protocol):
     async def route(self, states: Sequence[RoutingState]) -> list[Decision]:
         """One decision per state, in order."""
         ...
+
+
+@dataclass(frozen=True)
+class RouterEntry(Entry):
+    """A registered router: its class, built as ``router(options)`` from validated options."""
+
+    router: Callable[[Any], Router] = field(default=None, repr=False)  # type: ignore[assignment]
+    about: str = ""  # what it routes by, in a few words (the docs' router table)
+
+
+# Routers by name: each registers itself beside its class (:func:`router`); importing
+# stepspec.routers.registry imports every router module, so the registry is full there. A
+# trained router is a file, not a name (stepspec.routers.registry.make_router reads it).
+ROUTERS: Registry[RouterEntry] = Registry(
+    "router", RouterError, hint="Give 'threshold' or the path of a router file (train one with `stepspec router train`)")
+
+R = TypeVar("R", bound=type)
+
+
+def router(name: str, options: type[RouterOptions], *, about: str = "") -> Callable[[R], R]:
+    """Register the decorated router class as router ``name`` with its options model; ``about``:
+    what it routes by. Example::
+
+        @router("threshold", ThresholdOptions)
+        class ThresholdRouter: ...
+    """
+
+    def register(cls: R) -> R:
+        ROUTERS.add(RouterEntry(name, options, cls, about))
+        return cls
+
+    return register
 
 
 @dataclass(frozen=True)

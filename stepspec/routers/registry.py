@@ -1,31 +1,34 @@
 """Routers by name or file: ``threshold``, or the path of a trained router file.
 
-Each maps to its options model (every option with its one default) and a builder;
-:func:`router_options_model` lets an entry point check options without building
+Each router registers itself beside its class (``@router(name, Options)``,
+:func:`stepspec.routers.base.router`) with its options model (every option with its one
+default); importing this module imports every router module, so :data:`ROUTERS` is full
+here. :func:`router_options_model` lets an entry point check options without building
 the router (a router file is not read).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepspec.common.registry import Entry, Registry
-from stepspec.routers.base import Router, RouterError, RouterOptions
+# Each router module registers its router when imported.
+from stepspec.routers import threshold  # noqa: F401
+from stepspec.routers.base import ROUTERS, Router, RouterEntry, RouterError, RouterOptions
 from stepspec.routers.learned import LearnedOptions, LearnedRouter
-from stepspec.routers.threshold import ThresholdOptions, ThresholdRouter
+
+__all__ = ["ROUTERS", "RouterEntry", "make_router", "router_options_model", "router_table"]
 
 
-@dataclass(frozen=True)
-class RouterEntry(Entry):
-    build: Callable[[Any], Router]  # validated options -> the router
-
-
-ROUTERS: Registry[RouterEntry] = Registry("router", RouterError, entries=(
-    RouterEntry("threshold", ThresholdOptions, ThresholdRouter),
-), hint="Give 'threshold' or the path of a router file (train one with `stepspec router train`)")
+def router_table() -> str:
+    """The routers as a markdown table (the docs' table): each name, what it routes by, its options
+    with their defaults; a trained router file last."""
+    rows = ["| router | routes by | options (defaults) |", "|---|---|---|"]
+    rows += [f"| `{e.name}` | {e.about} | {e.options_line()} |" for e in ROUTERS.values()]
+    learned = RouterEntry("a router file", LearnedOptions)
+    rows.append(f"| a file from `stepspec router train` | a trained network's probability that the target writes a "
+                f"better step | {learned.options_line()} |")
+    return "\n".join(rows) + "\n"
 
 
 def _is_router_file(spec: str) -> bool:
@@ -50,5 +53,5 @@ def make_router(spec: str | Router, **options: Any) -> Router:
         return spec
     validated = router_options_model(spec).parse(options, owner=f"router '{spec}'")
     if spec in ROUTERS:
-        return ROUTERS[spec].build(validated)
+        return ROUTERS[spec].router(validated)
     return LearnedRouter.load(spec, validated)

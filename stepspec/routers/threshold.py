@@ -19,7 +19,7 @@ from typing import ClassVar, Literal, Sequence
 from pydantic import Field
 
 from stepspec.common.options import Configured
-from stepspec.routers.base import Action, Decision, RouterError, RouterOptions, RoutingState
+from stepspec.routers.base import Action, Decision, RouterError, RouterOptions, RoutingState, router
 
 
 class ThresholdOptions(RouterOptions):
@@ -31,6 +31,7 @@ class ThresholdOptions(RouterOptions):
                                               "(geometric-mean token probability) or 'min' (its least likely token's)")
 
 
+@router("threshold", ThresholdOptions, about="the draft's own confidence in its step (its tokens' probabilities)")
 class ThresholdRouter(Configured):
     name = "threshold"
 

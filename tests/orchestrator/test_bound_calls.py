@@ -11,11 +11,11 @@ import pytest
 from fake_engine import ScriptedEngine
 from stepspec.engine.types import Structured
 from stepspec.judges.base import CutRule, TokenCut, Verdict
-from stepspec.orchestrator.steps import StepRules, constraint_after
+from stepspec.orchestrator.steps import StepRules, TextCalls, constraint_after
 from stepspec.orchestrator.strategies import STRATEGIES
 
 BOUND = Structured(json='{"type": "object"}')
-RULES = StepRules(action_pattern=r"```json", action_stop="<tool_response>", constraint=BOUND)
+RULES = StepRules(calls=TextCalls(r"```json", "<tool_response>", constraint=BOUND))
 CALL = 'Calling.\n```json\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n```'
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from stepspec.orchestrator.steps import StepRules, find_answer, inside_code_block, last_boxed, split_steps
+from stepspec.orchestrator.steps import StepRules, TextCalls, find_answer, inside_code_block, last_boxed, split_steps
 
 
 def test_split_on_blank_lines():
@@ -60,6 +60,17 @@ def test_custom_answer_pattern_and_bad_rules():
         StepRules(answer_patterns=(r"(?P<answer>",))
     with pytest.raises(ValueError, match="non-empty"):
         StepRules(delimiter="")
+
+
+def test_a_call_rule_finds_calls_stops_before_their_result_and_is_checked():
+    rules = StepRules(calls=TextCalls(r"(?m)^Action:", "Observation:"))
+    assert rules.holds_call("I look it up.\nAction: search(tea)") and not rules.holds_call("No Action: here")
+    assert rules.stops == ("\n\n", "</think>", "Observation:") and StepRules().stops == ("\n\n", "</think>")
+    assert not StepRules().holds_call("Action: search(tea)")
+    with pytest.raises(ValueError, match="not a call rule"):
+        StepRules(calls=r"Action:")  # a pattern alone: the rule needs its stop and check too
+    with pytest.raises(ValueError, match="call start '\\(' is not a valid regex"):
+        StepRules(calls=TextCalls("(", "Observation:"))
 
 
 def test_answers_and_thinking_blocks():

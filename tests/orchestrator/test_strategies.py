@@ -314,8 +314,9 @@ def test_specreason_after_a_cut_the_target_writes_its_token_and_the_draft_drafts
 
 
 def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generation():
-    """TraceRun.token_at_cut: the kept text and the target's greedy token there, no call; a call
-    (None) for a token that ends generation, holds a stop string, or that no tokenizer can tell."""
+    """TraceRun.rewrite(cap=1): the kept text and the target's greedy token at the cut, read from the
+    verification without a call; a call for a token that ends generation, holds a stop string, or
+    that no tokenizer can tell."""
     import asyncio
 
     from stepspec.judges.base import CutRule, TokenCut
@@ -325,6 +326,7 @@ def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generatio
     nine, end, blank = target.token_id(" 9"), target.token_id("<|end|>"), target.token_id("\n\n")
 
     def at_cut(token_id, special=()):
+        """(the piece, whether it took a call)."""
         if special is not None:
             target.tokenizer.all_special_ids = special
         run = TraceRun(Q, "specreason", StepRules(), Budget(), {"target": target, "draft": ScriptedEngine("draft")})
@@ -333,15 +335,16 @@ def test_the_token_at_a_cut_comes_from_the_verification_unless_it_ends_generatio
 
         async def piece():
             await run.open()
-            return await run.token_at_cut(Verdict("likelihood", accept=False, cut=cut))
+            return await run.rewrite(Verdict("likelihood", accept=False, cut=cut), cap=1)
 
-        return asyncio.run(piece())
+        calls = target.num_calls
+        return asyncio.run(piece()), target.num_calls > calls
 
-    piece = at_cut(nine)
-    assert (piece.text, piece.num_tokens, piece.complete, piece.ends) == ("13 - 4 = 9", 1, False, None)
-    assert at_cut(end, special=(end,)) is None and at_cut(blank) is None
+    piece, called = at_cut(nine)
+    assert (piece.text, piece.num_tokens, piece.complete, piece.ends, called) == ("13 - 4 = 9", 1, False, None, False)
+    assert at_cut(end, special=(end,))[1] and at_cut(blank)[1]
     target.tokenizer = object()  # no special ids to tell an end of turn by
-    assert at_cut(nine, special=None) is None and target.num_calls == 0
+    assert at_cut(nine, special=None)[1]
 
 
 def test_specreason_keeps_a_step_the_draft_wrote_confidently_without_the_targets_check():

@@ -146,7 +146,37 @@ def test_binding_is_off_when_asked_and_an_error_where_stepspec_cannot_bind():
     assert calling(constrained=False).constraint is None
     assert calling(choice="none").constraint is None
     auto = calling()
-    assert auto.rules(StepRules()).constraint == auto.constraint is not None
+    assert auto.rules(StepRules()).calls is auto and auto.constraint is not None
     assert call_formats("llama3_json") == ()
     with pytest.raises(ToolCallError, match="cannot bind calls to their schemas with parser 'llama3_json'"):
         ToolCalling([MULTIPLY], "llama3_json", tokenizer=WordTokenizer(), constrained=True)
+
+
+def test_vllms_own_server_takes_hermes_json_through_the_plugin_entry_point():
+    """A fresh process that never imports stepspec: vLLM's server command line loads its general
+    plug-ins, stepspec's registers hermes_json, and the server's own check of the parser name passes
+    (an unknown name fails the same check)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+            "from vllm.entrypoints.launchers.launcher import validate_api_server_args\n"
+            "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+            "args = make_arg_parser(FlexibleArgumentParser()).parse_args(\n"
+            "    ['--model', 'm', '--enable-auto-tool-choice', '--tool-call-parser', sys.argv[1]])\n"
+            "validate_api_server_args(args)\n"
+            "print('stepspec' in sys.modules and 'stepspec.orchestrator' in sys.modules)\n")
+    ok = subprocess.run([sys.executable, "-c", code, "hermes_json"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.strip().splitlines()[-1] == "False"  # the plug-in registers lazily: no orchestrator loaded
+    bad = subprocess.run([sys.executable, "-c", code, "hermes_jsn"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "invalid tool call parser: hermes_jsn" in bad.stderr
+
+
+def test_the_parser_table_lists_what_stepspec_binds_and_forces():
+    from stepspec.workflows.agents.toolcalls import CALL_FORMATS, DEFAULT_TOOL_CALL_PARSER, parser_table
+
+    table = parser_table()
+    assert f"| `{DEFAULT_TOOL_CALL_PARSER}` (the default) | stepspec (a vLLM plug-in) |" in table
+    assert all(f"| `{name}`" in table for name in CALL_FORMATS)

@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 from stepspec.engine.types import GenerationRequest, GenerationResult
 from stepspec.orchestrator.prompts import Chat, message_text
 from stepspec.orchestrator.reasoner import Reasoner
+from stepspec.orchestrator.steps import TextCalls
 from stepspec.orchestrator.trace import StepRecord, StopReason, Trace
 from stepspec.workflows.agents.toolcalls import DEFAULT_TOOL_CALL_PARSER, Call, ToolCalling, assistant_message
 from stepspec.workflows.agents.tools import Tool, as_tool
@@ -232,7 +233,7 @@ class Agent:
         self.max_iterations = max_iterations
         self.speculative_tools = speculative_tools
         self.tool_format, self.tool_call_parser = tool_format, tool_call_parser
-        self.text_rules = replace(reasoner.rules, action_pattern=ACTION_START, action_stop=OBSERVATION)
+        self.text_rules = replace(reasoner.rules, calls=TextCalls(ACTION_START, OBSERVATION))
 
     @property
     def system_prompt(self) -> str:

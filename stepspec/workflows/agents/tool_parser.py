@@ -13,7 +13,7 @@ block whose JSON is a call, or a list of calls, is one (``"arguments"``, or
 ``"parameters"`` as some models write it); with no such block, each line that opens a
 bare JSON call, read to the call's end (the pair sometimes drops the fence, or writes a
 stray fence and text after the call). The text before the first call is the content.
-Registered in vLLM's tool-parser registry (:func:`stepspec.workflows.agents.toolcalls.parser_class`)
+Registered in vLLM's tool-parser registry by a vLLM plug-in (:mod:`stepspec.workflows.agents.parsers`)
 under ``hermes_json``, so ``--tool-call-parser hermes_json`` picks it as any vLLM parser.
 
 Worked example: ``"I'll multiply them.\\n\\n```json\\n{\\"name\\": \\"multiply\\", \\"arguments\\":

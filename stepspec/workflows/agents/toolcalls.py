@@ -9,11 +9,11 @@ a client sends it to ``stepspec serve``, a typed Python function derives it
 A :class:`ToolCalling` is one trace's tool calling: the tools the template renders, the
 parser that reads the calls (any name in vLLM's tool-parser registry; ``hermes_json``
 by default, :mod:`stepspec.workflows.agents.tool_parser`), the request's ``tool_choice`` and
-``parallel_tool_calls``. It gives the trace its :class:`StepRules` (a step holding a
-call ends the trace; a drafted call that is invalid is rejected and the target writes
-the step; once a step opens a call, whichever model writes it writes it bound to the
-declared schemas, so it names a declared tool and its arguments follow that tool's schema)
-and reads the calls back (:meth:`ToolCalling.parse`).
+``parallel_tool_calls``. It is the trace's call rule
+(:class:`stepspec.orchestrator.steps.CallRule`: a step holding a call ends the trace; a drafted
+call that is invalid is rejected and the target writes the step; once a step opens a call,
+whichever model writes it writes it bound to the declared schemas, so it names a declared tool
+and its arguments follow that tool's schema) and reads the calls back (:meth:`ToolCalling.parse`).
 
 *Bound* calls (vLLM's structured outputs, as vLLM's server binds forced ones): with tools
 ``add`` and ``multiply`` and the pair's fenced calls, the model writes freely until it writes
@@ -41,11 +41,10 @@ from typing import Any, Literal, Mapping, Sequence
 
 from stepspec.common.names import did_you_mean
 from stepspec.engine.types import Structured
-from stepspec.orchestrator.steps import StepRules
+from stepspec.orchestrator.steps import CallRule, StepRules
 from stepspec.orchestrator.trace import Trace, join_steps
 
 DEFAULT_TOOL_CALL_PARSER = "hermes_json"
-OWN_PARSERS = {"hermes_json": ("stepspec.workflows.agents.tool_parser", "HermesJsonToolParser")}
 # Where a call's result would begin if a model went on to write it itself: generation stops there.
 RESULT_START = "<tool_response>"
 
@@ -153,12 +152,12 @@ def check_choice(choice: str, names: Sequence[str]) -> None:
 
 
 def parser_class(name: str) -> type:
-    """The tool parser registered in vLLM under ``name`` (``hermes_json`` is registered here)."""
+    """The tool parser registered in vLLM under ``name``: vLLM's own, or a plug-in's (stepspec's
+    ``hermes_json``, :mod:`stepspec.workflows.agents.parsers`), loaded the way vLLM loads plug-ins."""
+    from vllm.plugins import load_general_plugins
     from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 
-    for own, (module, cls) in OWN_PARSERS.items():
-        if own not in ToolParserManager.tool_parsers and own not in ToolParserManager.lazy_parsers:
-            ToolParserManager.register_lazy_module(own, module, cls)
+    load_general_plugins()  # once per process; a process that started an engine has already
     try:
         return ToolParserManager.get_tool_parser(name)
     except KeyError:
@@ -198,11 +197,30 @@ def check_bindable(name: str, formats: Sequence[CallFormat] | None = None) -> No
                             "(constrained_calls false)")
 
 
+def parser_table() -> str:
+    """The tool-call parsers as a markdown table (the docs' table): the parsers stepspec can bind
+    and force calls of (``CALL_FORMATS``), which registers each, how its calls open, then any other
+    parser of vLLM's registry."""
+    from stepspec.workflows.agents.parsers import PARSERS
+
+    rows = ["| parser | registered by | calls open with | bound to the schemas, forced choices |",
+            "|---|---|---|---|"]
+    for name, formats in CALL_FORMATS.items():
+        default = " (the default)" if name == DEFAULT_TOOL_CALL_PARSER else ""
+        opens = ", ".join(f"`` {f.opening.strip()} ``" for f in formats)
+        rows.append(f"| `{name}`{default} | {'stepspec (a vLLM plug-in)' if name in PARSERS else 'vLLM'} | {opens} "
+                    "| yes |")
+    rows.append("| any other name in vLLM's registry | vLLM | its own | as `hermes` where they open with "
+                "`<tool_call>`; else no: calls read after they are written, `tool_choice` `auto` only |")
+    return "\n".join(rows) + "\n"
+
+
 Choice = Literal["auto", "none", "required"] | str  # or a function's name
 
 
-class ToolCalling:
-    """One trace's tool calling: the declared tools, how calls are read, what the request allows.
+class ToolCalling(CallRule):
+    """One trace's tool calling: the declared tools, how calls are read, what the request allows;
+    the trace's :class:`~stepspec.orchestrator.steps.CallRule`.
 
     ``choice``: ``auto`` (the model may call), ``none`` (no tools rendered, no call read),
     ``required`` (the reply is a call) or a function's name (the reply is a call of it);
@@ -210,6 +228,8 @@ class ToolCalling:
     first call of a step that writes several. ``constrained``: whether calls are generated
     bound to the declared schemas (:attr:`constraint`, vLLM's structured outputs); None: where
     stepspec knows how the parser's calls open (``CALL_FORMATS``), True: there or an error."""
+
+    stop = RESULT_START
 
     def __init__(self, tools: Sequence[Mapping[str, Any]], parser: str = DEFAULT_TOOL_CALL_PARSER,
                  tokenizer: Any = None, choice: Choice = "auto", parallel: bool = True,
@@ -265,13 +285,15 @@ class ToolCalling:
         return [t for t in self.tools if not self.forced or self.choice == "required"
                 or t["function"]["name"] == self.choice]
 
+    @property
+    def several(self) -> bool:
+        """With ``parallel`` the model may write several calls a turn, a step each (a forced call is one)."""
+        return self.parallel and not self.forced
+
     def rules(self, base: StepRules) -> StepRules:
-        """``base`` with the turn's calls ending the trace, and invalid drafted calls rejected. With
-        ``parallel`` the model may write several calls a turn, a step each (a forced call is one)."""
-        if self.choice == "none":
-            return base
-        return replace(base, action_pattern=self.start, action_stop=RESULT_START, action_check=self.problem,
-                       several_calls=self.parallel and not self.forced, constraint=self.constraint)
+        """``base`` with this call rule: the turn's calls end the trace, invalid drafted calls are
+        rejected (``tool_choice: none``: ``base``, no call is read)."""
+        return base if self.choice == "none" else replace(base, calls=self)
 
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` holds (the beginning of) a call."""
@@ -336,8 +358,11 @@ class ToolCalling:
         return None
 
     def problem(self, text: str) -> str | None:
-        """Why the call(s) in ``text`` are invalid (``StepRules.action_check``), or None."""
-        parsed = self.parse(text)
+        """Why the call(s) in ``text`` are invalid (:meth:`CallRule.problem`), or None."""
+        return self.why_invalid(self.parse(text))
+
+    def why_invalid(self, parsed: Parsed) -> str | None:
+        """Why the calls ``parsed`` holds are invalid (none could be read, or each one's problem), or None."""
         if not parsed.calls:
             return f"a call begins but none can be read (parser '{self.parser_name}': is its JSON complete?)"
         return "; ".join(parsed.problems) or None

@@ -94,11 +94,11 @@ class ChatTurn:
             return Reply(reasoning, cut_at_stop(answer, stop), finish_reason=finish_reason(trace))
         before, answer = calling.apart(trace)  # a forced call: the whole trace
         reasoning = before + (trace.delimiter if before else "")
-        parsed = calling.parse(answer)
-        if parsed.calls and not parsed.problems:
+        parsed = calling.parse(answer)  # read and checked once
+        why = calling.why_invalid(parsed)
+        if why is None:
             return Reply(reasoning, parsed.content, parsed.calls, finish_reason="tool_calls")
-        problems = parsed.problems or (calling.problem(answer) or "no call could be read",)
-        return Reply(reasoning, answer, problems=problems, finish_reason=finish_reason(trace))
+        return Reply(reasoning, answer, problems=parsed.problems or (why,), finish_reason=finish_reason(trace))
 
 
 @dataclass(frozen=True)
