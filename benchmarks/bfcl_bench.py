@@ -10,7 +10,9 @@ function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that n
 Arms: a strategy's name (its server binds calls to their schemas, the default), the same with
 ``-unbound`` (``--no-constrained-calls``: calls checked after they are written), and
 ``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
-its tokens inside it, as target-only) with its ``hermes`` tool parser, the peer.
+its tokens inside it, as target-only) with the best parser for the pair, ``hermes_json`` (which
+stepspec's vLLM plug-in registers in vLLM's registry), the peer; ``vllm-server-hermes``: the same
+with vLLM's own ``hermes`` parser.
 
     python benchmarks/bfcl_bench.py --out benchmarks/measured/bfcl_cpu \\
         --categories simple_python,multiple,parallel --per-category 50
@@ -65,15 +67,15 @@ def category_ids(category: str, n: int) -> list[str]:
 def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
     """The server of ``arm`` serving BFCL's model name, once healthy: ``stepspec serve`` with the
     arm's strategy (``-unbound``: calls not bound to their schemas), or vLLM's own server."""
-    if arm == "vllm-server":
-        return vllm_server(port, log)
+    if arm.startswith("vllm-server"):
+        return vllm_server(port, log, parser=arm.removeprefix("vllm-server").removeprefix("-") or "hermes_json")
     strategy = arm.removesuffix("-unbound")
     unbound = ["--no-constrained-calls"] if arm.endswith("-unbound") else []
     return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), *unbound], port, log)
 
 
-def vllm_server(port: int, log: Path) -> subprocess.Popen:
-    """vLLM's OpenAI server on the bundled target, the draft model inside it, its hermes tool parser."""
+def vllm_server(port: int, log: Path, parser: str) -> subprocess.Popen:
+    """vLLM's OpenAI server on the bundled target, the draft model inside it, tool parser ``parser``."""
     from stepspec.engine.dtype import choose_dtype
     from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model
     from stepspec.engine.speculation import speculative_config
@@ -84,7 +86,7 @@ def vllm_server(port: int, log: Path) -> subprocess.Popen:
                              max_model_len=CONTEXT, kv_cache_gib=2,
                              speculative_config=speculative_config(STRATEGIES["target-only"].target_spec,
                                                                    draft_model=draft),
-                             args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+                             args=["--enable-auto-tool-choice", "--tool-call-parser", parser])
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:
