@@ -37,20 +37,28 @@ class Chat(str):
     messages: tuple[dict[str, Any], ...]
     tools: tuple[dict[str, Any], ...]
     prefill: str
+    openings: Mapping[str, str]  # by an engine's model: its template's rendering, already made (with_opening)
 
     def __new__(cls, text: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = (),
-                prefill: str = "") -> "Chat":
+                prefill: str = "", openings: Mapping[str, str] | None = None) -> "Chat":
         chat = super().__new__(cls, text)
         chat.messages = tuple(json.loads(json.dumps(dict(m))) for m in messages)  # a deep, JSON-able copy
         chat.tools = tuple(json.loads(json.dumps(dict(t))) for t in tools)
         chat.prefill = prefill
+        chat.openings = dict(openings or {})
         if not chat.messages or chat.messages[-1].get("role") not in ANSWERABLE_ROLES:
             raise ValueError("a Chat ends with a user message (or a tool's result): the trace is the assistant's "
                              "answer to it")
         return chat
 
+    def with_opening(self, model: str, opening: str) -> "Chat":
+        """This chat, carrying the rendering of it by ``model``'s template (its text up to the
+        assistant's turn, the prefill included): a trace's engines of that model start from it
+        instead of rendering it again (a server measured the prompt with it)."""
+        return Chat(str(self), self.messages, self.tools, self.prefill, {**self.openings, model: opening})
+
     def __reduce__(self):  # copy and pickle keep the messages
-        return Chat, (str(self), list(self.messages), list(self.tools), self.prefill)
+        return Chat, (str(self), list(self.messages), list(self.tools), self.prefill, dict(self.openings))
 
 
 class RawPrompt(str):

@@ -56,9 +56,12 @@ async def opening_prompt(engine: Engine, question: str) -> str:
     Constant for a trace: render it once per engine, not once per step (through an
     OpenAI server without a local tokenizer a rendering costs three HTTP calls).
     A :class:`RawPrompt` is its own opening; a :class:`Chat` renders with its tools, and
-    its prefill opens the assistant's turn."""
+    its prefill opens the assistant's turn (a Chat that carries this engine's rendering,
+    :meth:`Chat.with_opening`, is not rendered again)."""
     if isinstance(question, RawPrompt):
         return str(question)
+    if isinstance(question, Chat) and engine.info.model in question.openings:
+        return question.openings[engine.info.model]
     opening = await engine.aapply_chat_template(reasoning_messages(question), tools=question_tools(question))
     return opening + (question.prefill if isinstance(question, Chat) else "")
 

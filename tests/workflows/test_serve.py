@@ -71,6 +71,26 @@ def test_the_openai_sdk_gets_the_steps_as_reasoning_and_the_answer_as_content_st
         assert "".join(c.choices[0].text for c in streamed) == "16 - 3 = 13 eggs.\n\n13 - 4 = "
 
 
+def test_a_served_request_renders_its_prompt_once_for_the_model_that_writes():
+    """The server measures the prompt (its tokens against the context) with the writing model's
+    template and the trace starts from that rendering: one rendering per model, not one more."""
+    served = reasoner()
+    renders = {}
+    for role, engine in (("target", served.target), ("draft", served.draft)):
+        render = engine.aapply_chat_template
+
+        async def counted(*args, role=role, render=render, **kwargs):
+            renders[role] = renders.get(role, 0) + 1
+            return await render(*args, **kwargs)
+
+        engine.aapply_chat_template = counted
+    with serving({"stepspec": served}) as url:
+        reply = sdk_client(url).chat.completions.create(model="stepspec", messages=[{"role": "user", "content": Q}])
+    assert reply.choices[0].message.content == ANSWER and reply.usage.prompt_tokens > 0
+    assert renders["target"] == 1  # measured, then reused by the trace
+    assert renders.get("draft", 0) <= 1  # its own model's template, once, if it is another model
+
+
 def test_a_request_picks_its_strategy_and_options_through_extra_body_checked_by_their_declarations():
     with serving({"stepspec": reasoner()}) as url:
         sdk = sdk_client(url)

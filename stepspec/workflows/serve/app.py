@@ -281,7 +281,7 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
         and answered with ``reply(name, rid, request, turn, solution, usage)``."""
         name, reasoner, tr = await checked(request, parse)
         turn = ChatTurn.of(tr, reasoner, settings.tool_call_parser, settings.constrained_calls)
-        prompt_tokens = await turn.prompt_tokens(reasoner, tr.max_tokens)
+        turn, prompt_tokens = await turn.measured(reasoner, tr.max_tokens)  # the prompt rendered once
         rid = f"{prefix}-{uuid.uuid4().hex}"
         if tr.stream:
             return _streamed(served, request, reasoner, turn, rid,

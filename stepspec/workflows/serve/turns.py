@@ -22,10 +22,10 @@ call to multiply with ``{"a": 12, "b": 13}``, finish_reason "tool_calls".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stepspec.common.states import Author
-from stepspec.orchestrator.prompts import Chat
+from stepspec.orchestrator.prompts import Chat, RawPrompt, reasoning_messages
 from stepspec.orchestrator.reasoner import Reasoner
 from stepspec.orchestrator.stepgen import opening_prompt
 from stepspec.orchestrator.steps import StepRules
@@ -71,11 +71,16 @@ class ChatTurn:
         calls, never streamed as reasoning."""
         return self.calling is not None and self.calling.holds_call(text)
 
-    async def prompt_tokens(self, reasoner: Reasoner, max_tokens: int | None) -> int:
-        """The prompt's tokens; a 400 when the prompt, or ``max_tokens`` more, would not fit the
-        context of the model that writes (:func:`writer`)."""
+    async def measured(self, reasoner: Reasoner, max_tokens: int | None) -> tuple["ChatTurn", int]:
+        """(this turn, its question carrying the rendered prompt so that the trace does not render
+        it again; the prompt's tokens); a 400 when the prompt, or ``max_tokens`` more, would not fit
+        the context of the model that writes (:func:`writer`)."""
         engine = writer(reasoner)
-        n = await engine.acount_tokens(await opening_prompt(engine, self.question))
+        question = self.question
+        if not isinstance(question, (Chat, RawPrompt)):  # the same prompt, as a chat that carries its rendering
+            question = Chat(question, reasoning_messages(question))
+        opening = await opening_prompt(engine, question)
+        n = await engine.acount_tokens(opening)
         limit = engine.info.max_model_len
         if limit is not None and n >= limit:
             raise RequestError(400, f"the prompt takes {n} tokens, and this model's context is {limit}; send a "
@@ -84,7 +89,8 @@ class ChatTurn:
             raise RequestError(400, f"max_tokens={max_tokens} does not fit: this model's context is {limit} tokens "
                                     f"and the prompt takes {n}, so at most {max(limit - n, 0)} can be asked",
                                "max_tokens")
-        return n
+        question = question.with_opening(engine.info.model, opening) if isinstance(question, Chat) else question
+        return replace(self, question=question), n
 
     def reply(self, trace: Trace, stop: tuple[str, ...]) -> "Reply":
         """How ``trace``'s end reads: reasoning, content, calls (or why they are invalid)."""
