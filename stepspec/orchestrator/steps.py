@@ -88,7 +88,8 @@ class StepRules:
     def stops(self) -> tuple[str, ...]:
         """Where every step's generation stops: the delimiter, the end of the thinking, and where a
         call's result would begin."""
-        return (self.delimiter, self.think_end) + ((self.calls.stop,) if self.calls is not None else ())
+        result = (self.calls.stop,) if self.calls is not None and self.calls.stop else ()
+        return (self.delimiter, self.think_end) + result
 
     def __post_init__(self) -> None:
         if self.calls is not None:
