@@ -75,10 +75,13 @@ def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
 
 
 def vllm_server(port: int, log: Path, parser: str) -> subprocess.Popen:
-    """vLLM's OpenAI server on the bundled target, the draft model inside it, tool parser ``parser``."""
+    """vLLM's OpenAI server on the bundled target, the draft model inside it, tool parser ``parser``;
+    a reply without ``max_tokens`` (BFCL sends none) gets ``stepspec serve``'s default budget, not the
+    whole context (a reply that loops would write 16k tokens)."""
     from stepspec.engine.dtype import choose_dtype
     from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, resolve_model
     from stepspec.engine.speculation import speculative_config
+    from stepspec.orchestrator.budget import Budget
     from stepspec.orchestrator.strategies import STRATEGIES
 
     target, draft = resolve_model(BUNDLED_TARGET), resolve_model(BUNDLED_DRAFT)
@@ -86,7 +89,8 @@ def vllm_server(port: int, log: Path, parser: str) -> subprocess.Popen:
                              max_model_len=CONTEXT, kv_cache_gib=2,
                              speculative_config=speculative_config(STRATEGIES["target-only"].target_spec,
                                                                    draft_model=draft),
-                             args=["--enable-auto-tool-choice", "--tool-call-parser", parser])
+                             args=["--enable-auto-tool-choice", "--tool-call-parser", parser,
+                                   "--override-generation-config", json.dumps({"max_new_tokens": Budget().max_tokens})])
 
 
 def run_arm(arm: str, out: Path, ids: dict[str, list[str]], port: int) -> None:

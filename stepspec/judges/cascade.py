@@ -49,7 +49,8 @@ class CascadeOptions(JudgeOptions):
 
 
 @judge("cascade", CascadeOptions, needs_engine=False,
-       about="its rungs in turn (exact, embedding, score), each deciding only the steps the ones before it were unsure of")
+       about="its rungs in turn (exact, embedding, score), each deciding only the steps the ones before "
+             "it were unsure of")
 class CascadeJudge:
     name = "cascade"
 

@@ -41,7 +41,8 @@ class EmbeddingOptions(JudgeOptions):
 
 
 @judge("embedding", EmbeddingOptions, needs_engine=False,
-       about="the cosine similarity of the drafted and the target's step (MiniLM); a step whose numbers differ is never accepted")
+       about="the cosine similarity of the drafted and the target's step (MiniLM); a step whose numbers "
+             "differ is never accepted")
 class EmbeddingJudge(Configured):
     name = "embedding"
     needs_target_step = True

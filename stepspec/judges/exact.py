@@ -38,7 +38,8 @@ class ExactOptions(JudgeOptions):
     owner: ClassVar[str] = "judge 'exact'"
 
 
-@judge("exact", ExactOptions, needs_engine=False, about="the drafted and the target's step are the same text, normalized")
+@judge("exact", ExactOptions, needs_engine=False,
+       about="the drafted and the target's step are the same text, normalized")
 class ExactJudge(Configured):
     """Accepts equal steps for sure; unequal steps are rejected, but not confidently
     (different words may say the same thing), so a cascade escalates them."""

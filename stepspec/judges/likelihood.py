@@ -110,7 +110,8 @@ class LikelihoodOptions(JudgeOptions):
 
 
 @judge("likelihood", LikelihoodOptions,
-       about="the target's logprob and rank of every drafted token (a token-level verifier): the plausible prefix is kept")
+       about="the target's logprob and rank of every drafted token (a token-level verifier): the "
+             "plausible prefix is kept")
 class LikelihoodJudge(Configured):
     name = "likelihood"
     needs_target_step = False

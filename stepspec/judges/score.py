@@ -42,7 +42,8 @@ class ScoreOptions(JudgeOptions):
     top_k: int = Field(20, ge=1, description="how many of the target's likeliest next tokens are searched for digits")
 
 
-@judge("score", ScoreOptions, about="the target rates the drafted step 0-9 in one token, read from the digits' logprobs")
+@judge("score", ScoreOptions,
+       about="the target rates the drafted step 0-9 in one token, read from the digits' logprobs")
 class ScoreJudge(Configured):
     name = "score"
     needs_target_step = False

@@ -297,7 +297,8 @@ class TraceRun:
         text = await self.engines[Author.TARGET].adecode([cut.target_token_id])
         if not text or "\ufffd" in text or any(stop in text for stop in self.rules.stops):
             return None  # (a byte token of a longer character reads as U+FFFD alone: its text comes in context)
-        complete, ends = step_end(self.prompt(Author.TARGET, steps), cut.kept_text + text, FinishReason.LENGTH, self.rules)
+        prompt = self.prompt(Author.TARGET, steps)
+        complete, ends = step_end(prompt, cut.kept_text + text, FinishReason.LENGTH, self.rules)
         return GeneratedStep(cut.kept_text + text, 1, complete, ends, 0.0, token_ids=(cut.target_token_id,))
 
     async def steps_in(self, author: Author, text: str) -> list[tuple[str, int]]:
@@ -404,7 +405,8 @@ class TraceRun:
             verdicts = iter(await judge.judge(asked) if asked else [])
         out = [Verdict(TOOL_CALL_CHECK, False) if i in invalid else next(verdicts) for i in range(len(candidates))]
         self.num_judge_calls += sum(v.num_judge_calls for v in out)
-        if self.rules.calls is not None and self.rules.calls.constraint is not None:  # a cut in a step that holds a call: written again whole, bound
+        if self.rules.calls is not None and self.rules.calls.constraint is not None:
+            # a cut in a step that holds a call: written again whole, bound
             out = [replace(v, cut=None) if v.cut is not None and self.holds_call(head + c.draft_step) else v
                    for v, c in zip(out, candidates)]
         return out

@@ -117,8 +117,8 @@ class RouterEntry(Entry):
 # Routers by name: each registers itself beside its class (:func:`router`); importing
 # stepspec.routers.registry imports every router module, so the registry is full there. A
 # trained router is a file, not a name (stepspec.routers.registry.make_router reads it).
-ROUTERS: Registry[RouterEntry] = Registry(
-    "router", RouterError, hint="Give 'threshold' or the path of a router file (train one with `stepspec router train`)")
+ROUTERS: Registry[RouterEntry] = Registry("router", RouterError, hint="Give 'threshold' or the path of a router file "
+                                                                    "(train one with `stepspec router train`)")
 
 R = TypeVar("R", bound=type)
 

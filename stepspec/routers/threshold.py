@@ -31,7 +31,8 @@ class ThresholdOptions(RouterOptions):
                                               "(geometric-mean token probability) or 'min' (its least likely token's)")
 
 
-@router("threshold", ThresholdOptions, about="the draft's own confidence in its step (its tokens' probabilities)")
+@router("threshold", ThresholdOptions,
+       about="the draft's own confidence in its step (its tokens' probabilities)")
 class ThresholdRouter(Configured):
     name = "threshold"
 
