@@ -119,7 +119,7 @@ def failure_classes(out: Path, arm: str, category: str) -> dict[str, int]:
     """How many of ``arm``'s failed entries on ``category`` BFCL's checker put in each class (its
     ``error_type``, e.g. ``parallel_function_checker_no_order:wrong_count``), most first."""
     name, classes = MODEL.replace("/", "_"), {}
-    for path in (out / arm / "score" / name).rglob(f"*_{category}_score.json"):
+    for path in (out / arm / "score" / name).rglob(f"BFCL_v4_{category}_score.json"):
         for line in path.read_text().splitlines()[1:]:  # the first line is the summary
             if line.strip():
                 kind = json.loads(line).get("error_type", "unknown")
@@ -130,10 +130,10 @@ def failure_classes(out: Path, arm: str, category: str) -> dict[str, int]:
 def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
     """(each entry's correctness, each model call's seconds) of ``arm`` on ``category``."""
     name = MODEL.replace("/", "_")
-    results = [json.loads(line) for path in (out / arm / "result" / name).rglob(f"*_{category}_result.json")
+    results = [json.loads(line) for path in (out / arm / "result" / name).rglob(f"BFCL_v4_{category}_result.json")
                for line in path.read_text().splitlines() if line.strip()]
     failed = set()
-    for path in (out / arm / "score" / name).rglob(f"*_{category}_score.json"):
+    for path in (out / arm / "score" / name).rglob(f"BFCL_v4_{category}_score.json"):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         failed |= {e["id"] for e in lines[1:] if "id" in e}  # the first line is the summary
     seconds = []
