@@ -30,21 +30,22 @@ class Entry:
     name: str
     options_model: type[Any]
 
-    def options_line(self) -> str:
-        """Its options with their defaults, for a docs table: ``floor=-5.0, top_k=5``; a long text
-        default (a prompt) or a nested options model shows its name alone, an option without a
-        default ``name=...``."""
-        shown = []
-        for name, f in self.options_model.model_fields.items():
-            default = f.get_default(call_default_factory=True) if not f.is_required() else ...
-            if default is ...:
-                shown.append(f"`{name}=...`")
-            elif (isinstance(default, str) and (len(default) > 24 or "\n" in default)) or \
-                    hasattr(type(default), "model_fields"):
-                shown.append(f"`{name}`")
-            else:
-                shown.append(f"`{name}={default!r}`")
-        return ", ".join(shown) or "-"
+
+def options_line(options_model: type[Any]) -> str:
+    """An options model's options with their defaults, for a docs table: ``floor=-5.0, top_k=5``; a
+    long text default (a prompt) or a nested options model shows its name alone, an option without
+    a default ``name=...``."""
+    shown = []
+    for name, f in options_model.model_fields.items():
+        default = f.get_default(call_default_factory=True) if not f.is_required() else ...
+        if default is ...:
+            shown.append(f"`{name}=...`")
+        elif (isinstance(default, str) and (len(default) > 24 or "\n" in default)) or \
+                hasattr(type(default), "model_fields"):
+            shown.append(f"`{name}`")
+        else:
+            shown.append(f"`{name}={default!r}`")
+    return ", ".join(shown) or "-"
 
 
 E = TypeVar("E", bound=Entry)

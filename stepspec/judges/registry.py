@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepspec.common.registry import options_line
 from stepspec.engine.protocol import Engine
 # Each judge module registers its judge when imported; listed in the order below.
 from stepspec.judges import cascade, embedding, equivalence, exact, likelihood, score  # noqa: F401
@@ -26,7 +27,7 @@ def judge_table() -> str:
     it asks a model, its options with their defaults."""
     rows = ["| judge | decides by | asks a model | options (defaults) |", "|---|---|---|---|"]
     for e in JUDGES.values():
-        rows.append(f"| `{e.name}` | {e.about} | {'yes' if e.needs_engine else 'no'} | {e.options_line()} |")
+        rows.append(f"| `{e.name}` | {e.about} | {'yes' if e.needs_engine else 'no'} | {options_line(e.options_model)} |")
     return "\n".join(rows) + "\n"
 
 

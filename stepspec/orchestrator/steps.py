@@ -54,6 +54,11 @@ class CallRule(Protocol):
     def problem(self, text: str) -> str | None: ...
 
 
+def opens_call(rule: CallRule, text: str) -> bool:
+    """Whether ``text`` holds (the beginning of) a call by ``rule`` (its ``start`` found in it)."""
+    return re.search(rule.start, text) is not None
+
+
 @dataclass(frozen=True)
 class TextCalls:
     """A :class:`CallRule` for calls written as text (an agent's ``Action: tool(...)`` lines):
@@ -82,7 +87,7 @@ class StepRules:
 
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` holds (the beginning of) a tool call (``calls.start``)."""
-        return self.calls is not None and re.search(self.calls.start, text) is not None
+        return self.calls is not None and opens_call(self.calls, text)
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stepspec.common.registry import options_line
 # Each router module registers its router when imported.
 from stepspec.routers import threshold  # noqa: F401
 from stepspec.routers.base import ROUTERS, Router, RouterEntry, RouterError, RouterOptions
@@ -24,10 +25,9 @@ def router_table() -> str:
     """The routers as a markdown table (the docs' table): each name, what it routes by, its options
     with their defaults; a trained router file last."""
     rows = ["| router | routes by | options (defaults) |", "|---|---|---|"]
-    rows += [f"| `{e.name}` | {e.about} | {e.options_line()} |" for e in ROUTERS.values()]
-    learned = RouterEntry("a router file", LearnedOptions)
+    rows += [f"| `{e.name}` | {e.about} | {options_line(e.options_model)} |" for e in ROUTERS.values()]
     rows.append(f"| a file from `stepspec router train` | a trained network's probability that the target writes a "
-                f"better step | {learned.options_line()} |")
+                f"better step | {options_line(LearnedOptions)} |")
     return "\n".join(rows) + "\n"
 
 

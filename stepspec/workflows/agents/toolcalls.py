@@ -41,7 +41,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from stepspec.common.names import did_you_mean
 from stepspec.engine.types import Structured
-from stepspec.orchestrator.steps import CallRule, StepRules
+from stepspec.orchestrator.steps import CallRule, StepRules, opens_call
 from stepspec.orchestrator.trace import Trace, join_steps
 
 DEFAULT_TOOL_CALL_PARSER = "hermes_json"
@@ -297,7 +297,7 @@ class ToolCalling(CallRule):
 
     def holds_call(self, text: str) -> bool:
         """Whether ``text`` holds (the beginning of) a call."""
-        return re.search(self.start, text) is not None
+        return opens_call(self, text)
 
     def apart(self, trace: Trace) -> tuple[str, str]:
         """(the steps before the first that holds a call; that step and every one after it): a
