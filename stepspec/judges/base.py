@@ -56,6 +56,10 @@ class StepCandidate:
     # The step holds a tool call: a token-level verifier keeps only the target's own
     # (greedy) tokens of it, since an argument the target would not write is a wrong call.
     exact: bool = False
+    # Character spans of draft_step that a call's constraint wrote itself, where the model had no
+    # choice (a bound call's `{"name": "add", "arguments": `): a token-level verifier does not test
+    # the tokens inside them (the target, bound, would have written them too).
+    forced: tuple[tuple[int, int], ...] = ()
     # The drafted text starts a step (not the draft drafting on in a step the target cut).
     starts_step: bool = True
 

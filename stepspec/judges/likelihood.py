@@ -22,7 +22,9 @@ bias). A token is *implausible* when any rule that is set fires:
   what it computes ("the number of eggs left after ..."), where a plausible but
   different framing of the draft's leads the trace astray.
 
-``tolerance`` implausible tokens are let through; the next one is the *cut*.
+``tolerance`` implausible tokens are let through; the next one is the *cut*. Tokens a
+call's constraint wrote itself (``StepCandidate.forced``: a bound call's
+``{"name": "add", "arguments": ``) are not tested: the target, bound, had no other choice.
 A step without a cut is accepted as drafted. A step with one is rejected with
 a :class:`stepspec.judges.base.TokenCut`: the strategy keeps the drafted tokens before
 the cut, the target's own token goes in at the cut, and the target writes the
@@ -74,6 +76,22 @@ from stepspec.common.options import Configured
 from stepspec.engine.protocol import Engine
 from stepspec.engine.types import ContinuationRequest, ScoredToken
 from stepspec.judges.base import CutRule, JudgeError, JudgeOptions, StepCandidate, TokenCut, Verdict, judge
+
+def forced_tokens(c: StepCandidate, texts: Sequence[str]) -> set[int]:
+    """The drafted tokens lying wholly inside the spans a call's constraint wrote (``c.forced``);
+    none where the tokens' texts do not spell the step (offsets would not be known; the stop
+    string after it may be among them)."""
+    joined = "".join(texts)
+    if not c.forced or not (joined.startswith(c.draft_step) or c.draft_step.startswith(joined)):
+        return set()
+    inside, start = set(), 0
+    for i, text in enumerate(texts):
+        end = start + len(text)
+        if any(a <= start and end <= b for a, b in c.forced):
+            inside.add(i)
+        start = end
+    return inside
+
 
 # A token whose text holds a digit or an arithmetic operator (math_max_rank applies).
 MATH_TOKEN = re.compile(r"[0-9+\-*/=×÷^<>%]")
@@ -173,7 +191,10 @@ class LikelihoodJudge(Configured):
         # the target finds it so under every rule set; the (tolerance+1)-th implausible
         # token is the cut: what precedes it is kept, the target writes from there.
         cut, misses = None, 0
+        inside = forced_tokens(c, texts)
         for i, (tok, text, dlp) in enumerate(zip(scored, texts, draft_lps)):
+            if i in inside:  # written by a call's constraint: the target, bound, had no other choice
+                continue
             rule = self.rule_broken(tok.logprob, tok.rank, dlp, text, c.exact,
                                     lead=c.starts_step and i < self.options.lead_tokens)
             if rule is None:

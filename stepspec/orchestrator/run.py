@@ -343,15 +343,18 @@ class TraceRun:
                   ) -> StepCandidate:
         """What a judge sees of a step drafted after ``previous`` (default: the trace): its text
         in context and, for a token-level verifier, the target's prompt it continues and its tokens;
-        ``exact`` when the step holds a tool call (``rules.calls``)."""
+        ``exact`` when the step holds a tool call (``rules.calls``), with the spans its binding wrote (``forced``)."""
         previous = self.steps if previous is None else previous
         head = self.open_step_text() if previous is self.steps else ""
         exact = self.holds_call(head + drafted.text)
+        forced = tuple((max(a - len(head), 0), b - len(head)) for a, b in self.rules.forced_spans(head + drafted.text)
+                       if b > len(head))
         return StepCandidate(self.question, tuple(s.text for s in previous), drafted.text, target_step=target_step,
                              opening_messages=opening_messages(self.question), prefix=self.prompt(Author.TARGET, previous),
                              draft_token_ids=drafted.token_ids, draft_token_logprobs=drafted.token_logprobs,
                              draft_token_texts=drafted.token_texts, temperature=temperature,
-                             draft_token_tops=drafted.token_tops, seed=seed, exact=exact, starts_step=not head)
+                             draft_token_tops=drafted.token_tops, seed=seed, exact=exact, forced=forced,
+                             starts_step=not head)
 
     def rating(self, text: str, previous: Sequence[StepRecord] = ()) -> StepCandidate:
         """What a judge rates on its own (a search's candidate, a whole solution): ``text``

@@ -42,6 +42,10 @@ class CallRule(Protocol):
     structured outputs); None: free text. :meth:`problem`: why the call(s) a step's text holds are
     invalid (an undeclared tool, arguments against its schema), or None; a drafted step holding an
     invalid call is rejected whole before any judge sees it, and the target writes the step.
+    :meth:`forced_spans`: the spans of a step's text that the constraint wrote itself, where the model had
+    no choice (a bound call's ``{"name": "add", "arguments": `` with one tool declared); a
+    token-level verifier does not test the tokens inside them, since the target, bound, would
+    have written them too.
 
     Worked example: ``TextCalls(start=r"Action:", stop="Observation:")``: the step "Action:
     search(\"tea\")" ends the trace; a model going on to write "Observation:" is stopped there."""
@@ -52,6 +56,8 @@ class CallRule(Protocol):
     constraint: Structured | None
 
     def problem(self, text: str) -> str | None: ...
+
+    def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]: ...
 
 
 def opens_call(rule: CallRule, text: str) -> bool:
@@ -72,6 +78,9 @@ class TextCalls:
     def problem(self, text: str) -> str | None:
         return None
 
+    def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]:
+        return ()
+
 
 @dataclass(frozen=True)
 class StepRules:
@@ -89,6 +98,10 @@ class StepRules:
         """Whether ``text`` holds (the beginning of) a tool call (``calls.start``)."""
         return self.calls is not None and opens_call(self.calls, text)
 
+    def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]:
+        """The spans of ``text`` a call's constraint wrote itself (:meth:`CallRule.forced_spans`)."""
+        return self.calls.forced_spans(text) if self.calls is not None else ()
+
     @property
     def stops(self) -> tuple[str, ...]:
         """Where every step's generation stops: the delimiter, the end of the thinking, and where a
@@ -100,7 +113,7 @@ class StepRules:
         if self.calls is not None:
             if not isinstance(self.calls, CallRule):
                 raise ValueError(f"calls={self.calls!r} is not a call rule: it needs start, stop, several, constraint "
-                                 "and a problem(text) method (stepspec.orchestrator.steps.CallRule)")
+                                 "and problem(text) and forced_spans(text) methods (stepspec.orchestrator.steps.CallRule)")
             try:
                 re.compile(self.calls.start)
             except re.error as e:

@@ -193,6 +193,31 @@ def test_likelihood_keeps_only_the_targets_greedy_tokens_of_a_tool_calls_step():
     assert not call.accept and call.cut.offset == 9 and call.cut.rule.value == "rank"
 
 
+def test_likelihood_does_not_test_the_tokens_a_calls_constraint_wrote():
+    """Bound, a call's ``{"name": "maps", "arguments": `` is the grammar's, not a choice: the free
+    target would pretty-print it (rank 2 at ``{"``), the bound target could not, so it is not a cut;
+    the same rank outside the forced span is."""
+    from dataclasses import replace
+
+    from stepspec.judges.likelihood import LikelihoodJudge
+
+    tokens = ["```", "json", "\n", '{"', "name", '":', ' "', "maps", '",', ' "', "arguments", '":', ' {"', "a", '":',
+              " 1", "}}"]
+    head = len("```json")
+    text = "".join(tokens)
+    forced = ((head, text.index(' {"a"') + 1),)  # from the newline after json to the space before the arguments
+    engine = likelihood_engine({'{"': (-1.5, 2, "{\n"), "a": (-2.0, 2, "b")})
+    judge = LikelihoodJudge(engine, floor=-5.0, math_max_rank=1)
+    call = replace(scored_candidate(engine, tokens), exact=True)
+    (unbound,) = run(judge.judge([call]))
+    assert unbound.cut.offset == 3 and unbound.cut.rule.value == "rank"
+    (bound,) = run(judge.judge([replace(call, forced=forced)]))
+    assert bound.cut.offset == 13 and bound.cut.token == "a"  # the argument's name is the model's choice
+    # tokens whose texts do not spell the step: offsets unknown, every token tested
+    (unknown,) = run(judge.judge([replace(call, forced=forced, draft_step="x" + text)]))
+    assert unknown.cut.offset == 3
+
+
 def test_likelihood_lead_rule_holds_a_steps_first_tokens_to_the_targets_likeliest():
     """A step's first lead_tokens must be among the target's lead_max_rank likeliest: where a
     drafted step frames its computation, not in a piece the draft writes on after a cut."""

@@ -122,15 +122,18 @@ def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the
                  '<tool_call>\n{"name": "weather", "arguments": {"city": "Porto"}}\n</tool_call>',
                  'Two calls.\n```json\n{"name": "weather", "arguments": {"city": "Porto"}}\n```\n'
                  '```json\n{"name": "weather", "arguments": {"city": "Lisbon"}}\n```',
+                 '{"name": "multiply", "arguments": {"a": 2, "b": 3}}',  # bare, as the pair writes one now and then
+                 '{{"name": "multiply", "arguments": {"a": 2, "b": 3}}}',  # with its doubled brace
                  "No call at all: the answer is \\boxed{6}."]:
         assert _accepts(bound, good), good
     for bad in ['```json\n{"name": "divide", "arguments": {"a": 2, "b": 3}}\n```',  # not declared
                 '```json\n{"name": "multiply", "arguments": {"a": 2, "b": "three"}}\n```',  # against the schema
                 '```json\n{"name": "multiply", "arguments": {"a": 2}}\n```',  # a required argument missing
                 '```json\n{"name": "weather", "arguments": {"city": ["Porto", "Lisbon"]}}\n```',  # two folded in one
-                '```json\n[{"name": "weather", "arguments": {"city": "Porto"}}]\n```']:  # a list of calls
+                '```json\n[{"name": "weather", "arguments": {"city": "Porto"}}]\n```',  # a list of calls
+                '{"name": "multiply", "arguments": {"a": 2, "b": "3"}}']:  # bare, against the schema
         assert not _accepts(bound, bad), bad
-    assert [s.opening for s in call_formats("hermes_json")] == ["```json\n", "<tool_call>\n"]
+    assert [s.trigger for s in call_formats("hermes_json")] == ["```json", "<tool_call>", '{"name"']
 
 
 def test_a_forced_call_is_bound_from_its_first_token():
@@ -140,6 +143,39 @@ def test_a_forced_call_is_bound_from_its_first_token():
     assert not _accepts(required.constraint, '{"name": "divide", "arguments": {"a": 1}}')
     call, = required.parse('{"name": "weather", "arguments": {"city": "Porto"}}').calls
     assert (call.name, call.arguments) == ("weather", {"city": "Porto"})
+
+
+def test_the_spans_a_bound_call_had_no_choice_in():
+    """What the structural tag writes once a call opens: the rest of its beginning, and the name
+    where one tool is declared (with two, the name is the model's choice)."""
+    text = 'I multiply.\n```json\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}\n```'
+    two = calling().forced_spans(text)
+    assert [text[a:b] for a, b in two] == ['\n{"name": "', '", "arguments": ']
+    one = ToolCalling([MULTIPLY], tokenizer=WordTokenizer()).forced_spans(text)
+    assert [text[a:b] for a, b in one] == ['\n{"name": "multiply", "arguments": ']
+    tagged = '<tool_call>\n{"name": "weather", "arguments": {"city": "Porto"}}\n</tool_call>'
+    assert [tagged[a:b] for a, b in calling().forced_spans(tagged)] == ['\n{"name": "', '", "arguments": ']
+    bare = '{{"name": "weather", "arguments": {"city": "Porto"}}}'
+    assert [bare[a:b] for a, b in calling().forced_spans(bare)] == [': "', '", "arguments": ']
+    # written free (unbound, a forced reply, a pretty-printed call): no span is the grammar's
+    assert calling(constrained=False).forced_spans(text) == ()
+    assert calling(choice="multiply").forced_spans('{"a": 2, "b": 3}}') == ()
+    assert calling().forced_spans('```json\n{\n  "name": "multiply"') == ()
+    assert StepRules(calls=calling()).forced_spans(text) == two and StepRules().forced_spans(text) == ()
+
+
+def test_call_guidance_joins_the_system_message_where_the_model_chooses():
+    from stepspec.workflows.agents.toolcalls import GUIDED_SYSTEM, NO_FITTING_CALL, SEVERAL_CALLS
+
+    user = [{"role": "user", "content": "Weather in Porto and Lisbon?"}]
+    assert calling().guided(user) == user  # off unless asked
+    (system, asked) = calling(guidance=True).guided(user)
+    assert system == {"role": "system", "content": f"{GUIDED_SYSTEM} {SEVERAL_CALLS} {NO_FITTING_CALL}"}
+    assert asked == user[0]
+    (own, _) = calling(guidance=True, parallel=False).guided([{"role": "system", "content": "Be brief."}, *user])
+    assert own["content"] == f"Be brief.\n\n{NO_FITTING_CALL}"  # one call a turn: no "one call for each"
+    for choice in ("multiply", "required", "none"):  # the model does not choose whether to call
+        assert calling(guidance=True, choice=choice).guided(user) == user
 
 
 def test_binding_is_off_when_asked_and_an_error_where_stepspec_cannot_bind():

@@ -47,6 +47,16 @@ from stepspec.orchestrator.trace import Trace, join_steps
 DEFAULT_TOOL_CALL_PARSER = "hermes_json"
 # Where a call's result would begin if a model went on to write it itself: generation stops there.
 RESULT_START = "<tool_response>"
+# What a served request's system message says of calls where the model may choose (tool_choice
+# auto): write a call per item asked for (with parallel_tool_calls), and no call when none fits.
+# The chat template renders the tools after it. Chosen on BFCL entries that are not reported.
+SEVERAL_CALLS = ("When a request needs a function called more than once (for several values, items or cases), write "
+                 "one call for each, one after another, each call in its own block, before you end your turn.")
+NO_FITTING_CALL = "When no function fits the request, do not call one: say so in text."
+GUIDED_SYSTEM = "You are a helpful assistant."  # the system message guidance opens where a request sends none
+
+
+NAME_KEY, ARGUMENTS_KEY = '{"name": "', '", "arguments": '  # a call's object up to its name, then to its arguments
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,15 @@ class CallFormat:
     opening: str
     closing: str
 
+    @property
+    def trigger(self) -> str:
+        """Where the structural tag starts binding: the opening without its newline (a bare call's:
+        ``{"name"``)."""
+        return self.opening.rstrip("\n") or NAME_KEY.removesuffix(': "')
+
     def head(self, name: str) -> str:
         """The text up to a call's arguments, for the tool ``name``."""
-        return f'{self.opening}{{"name": "{name}", "arguments": '
+        return f"{self.opening}{NAME_KEY}{name}{ARGUMENTS_KEY}"
 
     def structure(self, name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
         """A structural tag's structure: a call to ``name`` whose arguments follow ``parameters``."""
@@ -69,7 +85,8 @@ class CallFormat:
 FENCE = CallFormat("```json\n", "\n```")  # what the bundled pair writes
 TAG = CallFormat("<tool_call>\n", "\n</tool_call>")  # what Qwen2.5's template asks for
 # The call formats of the parsers stepspec can constrain and force, the first the one a forced call opens with.
-CALL_FORMATS = {"hermes_json": (FENCE, TAG), "hermes": (TAG,)}
+BARE = CallFormat("", "")  # the object alone, as the pair writes a call now and then
+CALL_FORMATS = {"hermes_json": (FENCE, TAG, BARE), "hermes": (TAG,)}
 
 
 class ToolCallError(ValueError):
@@ -207,7 +224,7 @@ def parser_table() -> str:
             "|---|---|---|---|"]
     for name, formats in CALL_FORMATS.items():
         default = " (the default)" if name == DEFAULT_TOOL_CALL_PARSER else ""
-        opens = ", ".join(f"`` {f.opening.strip()} ``" for f in formats)
+        opens = ", ".join(f"`` {f.trigger} ``" for f in formats)
         rows.append(f"| `{name}`{default} | {'stepspec (a vLLM plug-in)' if name in PARSERS else 'vLLM'} | {opens} "
                     "| yes |")
     rows.append("| any other name in vLLM's registry | vLLM | its own | as `hermes` where they open with "
@@ -233,13 +250,13 @@ class ToolCalling(CallRule):
 
     def __init__(self, tools: Sequence[Mapping[str, Any]], parser: str = DEFAULT_TOOL_CALL_PARSER,
                  tokenizer: Any = None, choice: Choice = "auto", parallel: bool = True,
-                 constrained: bool | None = None) -> None:
+                 constrained: bool | None = None, guidance: bool = False) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         self.tools = check_tools(tools)
         self.schemas = {t["function"]["name"]: t["function"]["parameters"] for t in self.tools}
         check_choice(choice, list(self.schemas))
-        self.choice, self.parallel, self.parser_name = choice, parallel, parser
+        self.choice, self.parallel, self.parser_name, self.guidance = choice, parallel, parser, guidance
         cls = parser_class(parser)
         formats = call_formats(parser, cls)
         if constrained is True and choice != "none":
@@ -257,6 +274,7 @@ class ToolCalling(CallRule):
                                     f"parser '{parser}'; use tool_choice 'auto' or parser {DEFAULT_TOOL_CALL_PARSER}")
             self.prefill = formats[0].opening if choice == "required" else formats[0].head(choice)
         bound = constrained is not False and choice != "none" and bool(formats)
+        self.formats = tuple(formats) if bound else ()
         self.constraint = self._constraint(formats) if bound else None
         self._request = ChatCompletionRequest(model="stepspec", messages=[{"role": "user", "content": "-"}],
                                               tools=self.tools or None)
@@ -273,9 +291,27 @@ class ToolCalling(CallRule):
                 {"type": "object", "properties": {"name": {"const": name}, "arguments": schema},
                  "required": ["name", "arguments"], "additionalProperties": False}
                 for name, schema in self.schemas.items()]}))
-        tag = {"type": "structural_tag", "triggers": [f.opening.rstrip("\n") for f in formats],
+        tag = {"type": "structural_tag", "triggers": [f.trigger for f in formats],
                "structures": [f.structure(name, schema) for f in formats for name, schema in self.schemas.items()]}
         return Structured(structural_tag=json.dumps(tag))
+
+    def guided(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` with the call guidance in their system message (``guidance``, ``tool_choice``
+        auto): :data:`SEVERAL_CALLS` where several calls are allowed, then :data:`NO_FITTING_CALL`;
+        a system message opens the chat where there is none. Example: [user "Weather in Paris and
+        Rome?"] becomes [system "You are a helpful assistant. When a request needs a function called
+        more than once ...", user ...]."""
+        out = [dict(m) for m in messages]
+        if not self.guidance or self.choice != "auto":
+            return out
+        said = " ".join(([SEVERAL_CALLS] if self.several else []) + [NO_FITTING_CALL])
+        if out and out[0].get("role") == "system":
+            content = out[0].get("content") or ""
+            out[0]["content"] = (content + [{"type": "text", "text": said}] if isinstance(content, list)
+                                 else f"{content}\n\n{said}" if content else said)
+        else:
+            out.insert(0, {"role": "system", "content": f"{GUIDED_SYSTEM} {said}"})
+        return out
 
     @property
     def rendered_tools(self) -> list[dict[str, Any]]:
@@ -356,6 +392,31 @@ class ToolCalling(CallRule):
             where = ".".join(str(p) for p in errors[0].absolute_path)
             return f"{call.name}: {f'{where}: ' if where else ''}{errors[0].message}"
         return None
+
+    def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]:
+        """The spans of ``text`` the binding wrote itself (:meth:`CallRule.forced_spans`): after each call's
+        opening (the structural tag's trigger, e.g. ```` ```json ````) the rest of the structure's
+        beginning, ``\\n{"name": "``, and after the name ``", "arguments": ``; the name too where one
+        tool is declared. Bound ``tool_choice: auto`` calls only (a forced reply starts after its
+        prefill). Example, one tool ``add``: in ``"I add.\\n```json\\n{"name": "add", "arguments":
+        {"a": 1}}"`` the span from the newline after ``json`` to the space before ``{"a"``."""
+        if not self.formats or self.forced:
+            return ()
+        spans = []
+        names = sorted(self.schemas, key=len, reverse=True)  # the longest declared name that is written
+        for f in self.formats:
+            trigger = f.trigger
+            for m in re.finditer(re.escape(f.opening + NAME_KEY), text):
+                name = next((n for n in names if text.startswith(n + ARGUMENTS_KEY, m.end())), None)
+                if name is None:
+                    continue
+                named = m.end() + len(name)
+                if len(self.schemas) == 1:
+                    spans.append((m.start() + len(trigger), named + len(ARGUMENTS_KEY)))
+                else:
+                    spans += [(m.start() + len(trigger), m.end()), (named, named + len(ARGUMENTS_KEY))]
+        # a fenced call's object also reads as a bare one: keep the spans no other holds
+        return tuple(sorted({s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)}))
 
     def problem(self, text: str) -> str | None:
         """Why the call(s) in ``text`` are invalid (:meth:`CallRule.problem`), or None."""

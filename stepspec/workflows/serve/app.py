@@ -280,7 +280,7 @@ def build_app(reasoners: Mapping[str, Reasoner], settings: ServeSettings = Serve
         """One endpoint's request: checked, then streamed as ``chunks`` renders it, or solved
         and answered with ``reply(name, rid, request, turn, solution, usage)``."""
         name, reasoner, tr = await checked(request, parse)
-        turn = ChatTurn.of(tr, reasoner, settings.tool_call_parser, settings.constrained_calls)
+        turn = ChatTurn.of(tr, reasoner, settings.tool_call_parser, settings.constrained_calls, settings.call_guidance)
         turn, prompt_tokens = await turn.measured(reasoner, tr.max_tokens)  # the prompt rendered once
         rid = f"{prefix}-{uuid.uuid4().hex}"
         if tr.stream:

@@ -47,18 +47,19 @@ class ChatTurn:
     calling: ToolCalling | None = None
 
     @classmethod
-    def of(cls, request: TraceRequest, reasoner: Reasoner, parser: str, constrained: bool | None = None
-           ) -> "ChatTurn":
+    def of(cls, request: TraceRequest, reasoner: Reasoner, parser: str, constrained: bool | None = None,
+           guidance: bool = False) -> "ChatTurn":
         if request.tools is None:
             return cls(request.question, reasoner.rules)
         try:
             calling = ToolCalling(request.tools.tools, parser, tokenizer=writer(reasoner).tokenizer,
-                                  choice=request.tools.choice, parallel=request.tools.parallel, constrained=constrained)
+                                  choice=request.tools.choice, parallel=request.tools.parallel, constrained=constrained,
+                                  guidance=guidance)
         except ToolCallError as e:
             raise RequestError(400, str(e), "tools") from None
         chat = request.question
         assert isinstance(chat, Chat)  # the protocol makes a Chat of every request with tools
-        question = Chat(str(chat), chat.messages, calling.rendered_tools, calling.prefill)
+        question = Chat(str(chat), calling.guided(chat.messages), calling.rendered_tools, calling.prefill)
         return cls(question, calling.rules(reasoner.rules), calling)
 
     @property
