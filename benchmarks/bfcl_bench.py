@@ -127,6 +127,17 @@ def failure_classes(out: Path, arm: str, category: str) -> dict[str, int]:
     return dict(sorted(classes.items(), key=lambda kv: -kv[1]))
 
 
+def at_budget(out: Path, arm: str, category: str) -> int:
+    """How many of ``arm``'s replies on ``category`` ran to the reply budget (``Budget().max_tokens``
+    output tokens: a model that loops, or never ends its turn)."""
+    from stepspec.orchestrator.budget import Budget
+
+    name, cap = MODEL.replace("/", "_"), Budget().max_tokens
+    return sum(int(json.loads(line).get("output_token_count") or 0) >= cap
+               for path in (out / arm / "result" / name).rglob(f"BFCL_v4_{category}_result.json")
+               for line in path.read_text().splitlines() if line.strip())
+
+
 def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
     """(each entry's correctness, each model call's seconds) of ``arm`` on ``category``."""
     name = MODEL.replace("/", "_")
@@ -153,7 +164,7 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
              f"CPU: {cpu_model()}. Model name served: `{MODEL}`; BFCL's own generate and evaluate "
              "(`--partial-eval`); one request at a time; each arm its own server (cold caches).", "",
              "| category | arm | entries | accuracy | vs target-only: lost / gained / net loss | median s per call | "
-             "speed vs target-only |", "|---|---|---|---|---|---|---|"]
+             "speed vs target-only | replies at the budget |", "|---|---|---|---|---|---|---|---|"]
     for category in categories:
         base, base_s = read_arm(out, "target-only", category) if "target-only" in arms else ({}, [])
         for arm in arms:
@@ -167,7 +178,8 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
             med = statistics.median(seconds) if seconds else float("nan")
             speed = statistics.median(base_s) / med if base_s and seconds else float("nan")
             vs = "baseline" if arm == "target-only" else f"{lost} / {gained} / {lost - gained}"
-            lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x |")
+            lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x "
+                         f"| {at_budget(out, arm, category)} |")
     lines += ["", "Failures by BFCL's class (its score files' `error_type`), per category and arm:", "",
               "| category | arm | failed | classes |", "|---|---|---|---|"]
     for category in categories:
