@@ -7,7 +7,8 @@ environment of its own (``.venv-bfcl``, made here on first use), as a user would
 BFCL's registry entry ``openbmb/MiniCPM-SALA-FC`` is a plain OpenAI chat-completions
 function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that name.
 
-Arms: a strategy's name (its server binds calls to their schemas, the default), the same with
+Arms: a strategy's name (its server binds calls to their schemas, the default, and guides the model
+to a call per item, ``--call-guidance``), the same with
 ``-unbound`` (``--no-constrained-calls``: calls checked after they are written), and
 ``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
 its tokens inside it, as target-only) with the best parser for the pair, ``hermes_json`` (which
@@ -71,7 +72,8 @@ def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
         return vllm_server(port, log, parser=arm.removeprefix("vllm-server").removeprefix("-") or "hermes_json")
     strategy = arm.removesuffix("-unbound")
     unbound = ["--no-constrained-calls"] if arm.endswith("-unbound") else []
-    return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), *unbound], port, log)
+    return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), "--call-guidance",
+                         *unbound], port, log)
 
 
 def vllm_server(port: int, log: Path, parser: str) -> subprocess.Popen:

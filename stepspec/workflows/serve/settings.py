@@ -28,9 +28,9 @@ class ServeSettings(BaseModel):
                                            "tools' schemas (vLLM's structured outputs): unset, where stepspec knows "
                                            "how the parser's calls open (hermes_json, hermes); true: there, or an "
                                            "error; false: never (calls are checked after they are written).")
-    call_guidance: bool = Field(True, description="Whether a request with tools (tool_choice auto) has its system "
+    call_guidance: bool = Field(False, description="Whether a request with tools (tool_choice auto) has its system "
                                 "message say to write a call for each item asked for and none where no tool fits "
-                                "(stepspec.workflows.agents.toolcalls.SEVERAL_CALLS, NO_FITTING_CALL); false: the "
+                                "(stepspec.workflows.agents.toolcalls.SEVERAL_CALLS, NO_FITTING_CALL); off: the "
                                 "messages as sent.")
     disconnect_poll_s: float = Field(0.25, gt=0, description="How often a non-streaming request checks that its "
                                      "client is still there.")
