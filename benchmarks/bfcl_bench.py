@@ -117,15 +117,21 @@ def evaluate(arm: str, out: Path, categories: list[str]) -> None:
                     "--partial-eval"], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
+def bfcl_files(out: Path, arm: str, kind: str, category: str) -> list[list[dict]]:
+    """The JSON lines of each of ``arm``'s BFCL files of ``kind`` ("result" or "score") for ``category``
+    (a score file's first line is its summary)."""
+    return [[json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for path in (out / arm / kind / MODEL.replace("/", "_")).rglob(f"BFCL_v4_{category}_{kind}.json")]
+
+
 def failure_classes(out: Path, arm: str, category: str) -> dict[str, int]:
     """How many of ``arm``'s failed entries on ``category`` BFCL's checker put in each class (its
     ``error_type``, e.g. ``parallel_function_checker_no_order:wrong_count``), most first."""
-    name, classes = MODEL.replace("/", "_"), {}
-    for path in (out / arm / "score" / name).rglob(f"BFCL_v4_{category}_score.json"):
-        for line in path.read_text().splitlines()[1:]:  # the first line is the summary
-            if line.strip():
-                kind = json.loads(line).get("error_type", "unknown")
-                classes[kind] = classes.get(kind, 0) + 1
+    classes = {}
+    for lines in bfcl_files(out, arm, "score", category):
+        for e in lines[1:]:
+            kind = e.get("error_type", "unknown")
+            classes[kind] = classes.get(kind, 0) + 1
     return dict(sorted(classes.items(), key=lambda kv: -kv[1]))
 
 
@@ -134,21 +140,15 @@ def at_budget(out: Path, arm: str, category: str) -> int:
     output tokens: a model that loops, or never ends its turn)."""
     from stepspec.orchestrator.budget import Budget
 
-    name, cap = MODEL.replace("/", "_"), Budget().max_tokens
-    return sum(int(json.loads(line).get("output_token_count") or 0) >= cap
-               for path in (out / arm / "result" / name).rglob(f"BFCL_v4_{category}_result.json")
-               for line in path.read_text().splitlines() if line.strip())
+    cap = Budget().max_tokens
+    return sum(int(r.get("output_token_count") or 0) >= cap
+               for lines in bfcl_files(out, arm, "result", category) for r in lines)
 
 
 def read_arm(out: Path, arm: str, category: str) -> tuple[dict[str, bool], list[float]]:
     """(each entry's correctness, each model call's seconds) of ``arm`` on ``category``."""
-    name = MODEL.replace("/", "_")
-    results = [json.loads(line) for path in (out / arm / "result" / name).rglob(f"BFCL_v4_{category}_result.json")
-               for line in path.read_text().splitlines() if line.strip()]
-    failed = set()
-    for path in (out / arm / "score" / name).rglob(f"BFCL_v4_{category}_score.json"):
-        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        failed |= {e["id"] for e in lines[1:] if "id" in e}  # the first line is the summary
+    results = [r for lines in bfcl_files(out, arm, "result", category) for r in lines]
+    failed = {e["id"] for lines in bfcl_files(out, arm, "score", category) for e in lines[1:] if "id" in e}
     seconds = []
     for r in results:
         latency = r.get("latency")

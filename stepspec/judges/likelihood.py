@@ -77,6 +77,7 @@ from stepspec.engine.protocol import Engine
 from stepspec.engine.types import ContinuationRequest, ScoredToken
 from stepspec.judges.base import CutRule, JudgeError, JudgeOptions, StepCandidate, TokenCut, Verdict, judge
 
+
 def forced_tokens(c: StepCandidate, texts: Sequence[str]) -> set[int]:
     """The drafted tokens lying wholly inside the spans a call's constraint wrote (``c.forced``);
     none where the tokens' texts do not spell the step (offsets would not be known; the stop

@@ -54,8 +54,6 @@ SEVERAL_CALLS = ("When a request needs a function called more than once (for sev
                  "one call for each, one after another, each call in its own block, before you end your turn.")
 NO_FITTING_CALL = "When no function fits the request, do not call one: say so in text."
 GUIDED_SYSTEM = "You are a helpful assistant."  # the system message guidance opens where a request sends none
-
-
 NAME_KEY, ARGUMENTS_KEY = '{"name": "', '", "arguments": '  # a call's object up to its name, then to its arguments
 
 
