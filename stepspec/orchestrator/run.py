@@ -370,6 +370,10 @@ class TraceRun:
                 ends = StepEnd.ACTION if holds else ends  # a tool call: the agent runs it
             elif (holds and ends is not None) or (not holds and self.calls_written()):
                 ends = StepEnd.ACTION  # the last of the turn's calls: the model stopped, or wrote no other
+        calls = self.rules.calls
+        if ends is not StepEnd.THINKING and calls is not None and calls.several \
+                and calls.repeated(join_steps([*self.steps, record], self.rules.delimiter)):
+            ends = StepEnd.ACTION  # a call written again, whole step or cut piece: a loop ends the turn
         self.steps.append(record)
         if ends is StepEnd.ACTION:
             self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat

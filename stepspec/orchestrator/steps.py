@@ -45,7 +45,9 @@ class CallRule(Protocol):
     :meth:`forced_spans`: the spans of a step's text that the constraint wrote itself, where the model had
     no choice (a bound call's ``{"name": "add", "arguments": `` with one tool declared); a
     token-level verifier does not test the tokens inside them, since the target, bound, would
-    have written them too.
+    have written them too. :meth:`repeated`: whether a turn's text writes a call it already wrote
+    (the same tool, the same arguments): a model in a loop; the turn ends there, its calls up to
+    the repeat.
 
     Worked example: ``TextCalls(start=r"Action:", stop="Observation:")``: the step "Action:
     search(\"tea\")" ends the trace; a model going on to write "Observation:" is stopped there."""
@@ -58,6 +60,8 @@ class CallRule(Protocol):
     def problem(self, text: str) -> str | None: ...
 
     def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]: ...
+
+    def repeated(self, text: str) -> bool: ...
 
 
 def opens_call(rule: CallRule, text: str) -> bool:
@@ -80,6 +84,9 @@ class TextCalls:
 
     def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]:
         return ()
+
+    def repeated(self, text: str) -> bool:
+        return False  # one call a turn: the trace ends at it
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,7 @@ class StepRules:
         if self.calls is not None:
             if not isinstance(self.calls, CallRule):
                 raise ValueError(f"calls={self.calls!r} is not a call rule: it needs start, stop, several, constraint "
-                                 "and problem(text) and forced_spans(text) methods (stepspec.orchestrator.steps.CallRule)")
+                                 "and problem(text), forced_spans(text) and repeated(text) methods (stepspec.orchestrator.steps.CallRule)")
             try:
                 re.compile(self.calls.start)
             except re.error as e:

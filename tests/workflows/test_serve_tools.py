@@ -215,14 +215,14 @@ def test_calls_are_generated_bound_to_the_schemas_unless_the_server_turns_it_off
             pass
 
 
-def test_the_server_guides_the_model_to_a_call_per_item_when_asked():
+def test_the_server_guides_the_model_to_a_call_per_item_unless_told_not_to():
     from stepspec.workflows.agents.toolcalls import NO_FITTING_CALL, SEVERAL_CALLS
 
     guided, plain = reasoner(strategy="target-only"), reasoner(strategy="target-only")
-    with serving({"stepspec": guided}, call_guidance=True) as url:
+    with serving({"stepspec": guided}) as url:  # the default
         ask(url)
         ask(url, tool_choice={"type": "function", "function": {"name": "multiply"}})
-    with serving({"stepspec": plain}) as url:
+    with serving({"stepspec": plain}, call_guidance=False) as url:
         ask(url)
     auto, named = guided.target.prompts[0], guided.target.prompts[-1]
     assert auto.startswith("<|tools|>") and f"<|system|>You are a helpful assistant. {SEVERAL_CALLS} " \
@@ -399,3 +399,20 @@ def test_a_reply_that_never_writes_a_blank_line_runs_to_max_tokens_instead_of_fa
     choice = reply.json()["choices"][0]
     assert choice["finish_reason"] == "length" and reply.json()["usage"]["completion_tokens"] == 48
     assert choice["message"]["content"].startswith("I will think about the boxes")  # one step, cut in pieces
+
+
+def test_a_turn_that_writes_a_call_again_ends_there_and_returns_its_calls_once():
+    from stepspec.orchestrator.budget import Budget
+    from stepspec.orchestrator.reasoner import Reasoner
+
+    twelve, four = fenced("multiply", a=12, b=13), fenced("multiply", a=4, b=13)  # 9 words each
+    looping = "\n".join([twelve, four] + [twelve] * 40)  # the first call again and again, no blank line
+    served = Reasoner(agent_script((looping,)), strategy="target-only", budget=Budget(max_step_tokens=30))
+    with serving({"stepspec": served}) as url:
+        reply = ask(url, max_tokens=600)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and body["stepspec"]["stop_reason"] == "action"
+    assert [json.loads(c["function"]["arguments"])["a"] for c in choice["message"]["tool_calls"]] == [12, 4]
+    assert body["usage"]["completion_tokens"] == 30  # ended at the first piece that repeats a call

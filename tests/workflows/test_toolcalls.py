@@ -9,7 +9,7 @@ import json
 import pytest
 
 from fake_engine import WordTokenizer
-from stepspec.orchestrator.steps import StepRules
+from stepspec.orchestrator.steps import StepRules, TextCalls
 from stepspec.workflows.agents.toolcalls import ToolCallError, ToolCalling, call_formats, check_tools
 
 pytestmark = pytest.mark.vllm
@@ -176,6 +176,18 @@ def test_call_guidance_joins_the_system_message_where_the_model_chooses():
     assert own["content"] == f"Be brief.\n\n{NO_FITTING_CALL}"  # one call a turn: no "one call for each"
     for choice in ("multiply", "required", "none"):  # the model does not choose whether to call
         assert calling(guidance=True, choice=choice).guided(user) == user
+    answered = [*user, {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "weather", "arguments": {"city": "Porto"}}}]}, {"role": "tool", "tool_call_id": "c1", "content": "sun"}]
+    assert calling(guidance=True).guided(answered) == answered  # the results read as they would unguided
+
+
+def test_a_call_written_again_is_a_loop_and_the_calls_end_before_it():
+    porto, lisbon = (json.dumps({"name": "weather", "arguments": {"city": c}}) for c in ("Porto", "Lisbon"))
+    looping = "\n".join([porto, lisbon, porto, porto, porto])
+    assert calling().repeated(looping) and not calling().repeated(f"{porto}\n{lisbon}")
+    assert [c.arguments["city"] for c in calling().parse(looping).calls] == ["Porto", "Lisbon"]
+    assert StepRules(calls=calling()).calls.repeated(looping)
+    assert not TextCalls(start="Action:", stop="Observation:").repeated("Action: a\nAction: a")
 
 
 def test_binding_is_off_when_asked_and_an_error_where_stepspec_cannot_bind():

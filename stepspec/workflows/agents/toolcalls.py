@@ -296,11 +296,12 @@ class ToolCalling(CallRule):
     def guided(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` with the call guidance in their system message (``guidance``, ``tool_choice``
         auto): :data:`SEVERAL_CALLS` where several calls are allowed, then :data:`NO_FITTING_CALL`;
-        a system message opens the chat where there is none. Example: [user "Weather in Paris and
-        Rome?"] becomes [system "You are a helpful assistant. When a request needs a function called
-        more than once ...", user ...]."""
+        a system message opens the chat where there is none. Only a turn that answers a request: after
+        tool results the model reads them and answers as it would unguided. Example: [user "Weather
+        in Paris and Rome?"] becomes [system "You are a helpful assistant. When a request needs a
+        function called more than once ...", user ...]."""
         out = [dict(m) for m in messages]
-        if not self.guidance or self.choice != "auto":
+        if not self.guidance or self.choice != "auto" or (out and out[-1].get("role") == "tool"):
             return out
         said = " ".join(([SEVERAL_CALLS] if self.several else []) + [NO_FITTING_CALL])
         if out and out[0].get("role") == "system":
@@ -344,19 +345,31 @@ class ToolCalling(CallRule):
                 join_steps([r for step in steps[first:] for r in step], trace.delimiter))
 
     def parse(self, text: str) -> Parsed:
-        """The calls ``text`` holds (after the forced opening, if any), each checked."""
-        if self.forced:
-            calls = self.forced_call(text)
-            content = None if calls else text
-        else:
-            out = self.parser.extract_tool_calls(text, self._request)
-            calls = tuple(Call.new(c.function.name, json.loads(c.function.arguments or "{}"))
-                          for c in (out.tool_calls if out.tools_called else ()))
-            content = out.content if out.tools_called else text
+        """The calls ``text`` holds (after the forced opening, if any), each checked, up to the first
+        that repeats one before it (:meth:`repeated`)."""
+        content, calls = self._read(text)
+        calls = calls[:_first_repeat(calls)]
         if not self.parallel:
             calls = calls[:1]
         problems = tuple(p for c in calls if (p := self.check(c)) is not None)
         return Parsed(content, calls, problems)
+
+    def repeated(self, text: str) -> bool:
+        """Whether ``text`` writes a call twice, the same tool with the same arguments
+        (:meth:`CallRule.repeated`). Example: a bare ``{"name": "multiply", "arguments": {"a": 2,
+        "b": 3}}`` line written again and again: the turn ends, one call returned."""
+        _, calls = self._read(text)
+        return _first_repeat(calls) < len(calls)
+
+    def _read(self, text: str) -> tuple[str | None, tuple[Call, ...]]:
+        """(the content, every call ``text`` holds as written)."""
+        if self.forced:
+            calls = self.forced_call(text)
+            return (None if calls else text), calls
+        out = self.parser.extract_tool_calls(text, self._request)
+        calls = tuple(Call.new(c.function.name, json.loads(c.function.arguments or "{}"))
+                      for c in (out.tool_calls if out.tools_called else ()))
+        return (out.content if out.tools_called else text), calls
 
     def forced_call(self, text: str) -> tuple[Call, ...]:
         """The call a forced reply makes, read as vLLM's server reads one: the reply's first JSON
@@ -425,6 +438,17 @@ class ToolCalling(CallRule):
         if not parsed.calls:
             return f"a call begins but none can be read (parser '{self.parser_name}': is its JSON complete?)"
         return "; ".join(parsed.problems) or None
+
+
+def _first_repeat(calls: Sequence[Call]) -> int:
+    """The index of the first call that repeats an earlier one (name and arguments), or len(calls)."""
+    seen = set()
+    for i, c in enumerate(calls):
+        key = (c.name, json.dumps(c.arguments, sort_keys=True))
+        if key in seen:
+            return i
+        seen.add(key)
+    return len(calls)
 
 
 def assistant_message(parsed: Parsed) -> dict[str, Any]:
