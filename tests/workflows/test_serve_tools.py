@@ -215,14 +215,14 @@ def test_calls_are_generated_bound_to_the_schemas_unless_the_server_turns_it_off
             pass
 
 
-def test_the_server_guides_the_model_to_a_call_per_item_unless_told_not_to():
+def test_the_server_guides_the_model_to_a_call_per_item_when_asked():
     from stepspec.workflows.agents.toolcalls import NO_FITTING_CALL, SEVERAL_CALLS
 
     guided, plain = reasoner(strategy="target-only"), reasoner(strategy="target-only")
-    with serving({"stepspec": guided}) as url:  # the default
+    with serving({"stepspec": guided}, call_guidance=True) as url:
         ask(url)
         ask(url, tool_choice={"type": "function", "function": {"name": "multiply"}})
-    with serving({"stepspec": plain}, call_guidance=False) as url:
+    with serving({"stepspec": plain}) as url:  # the default: the messages as sent
         ask(url)
     auto, named = guided.target.prompts[0], guided.target.prompts[-1]
     assert auto.startswith("<|tools|>") and f"<|system|>You are a helpful assistant. {SEVERAL_CALLS} " \

@@ -296,12 +296,12 @@ class ToolCalling(CallRule):
     def guided(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` with the call guidance in their system message (``guidance``, ``tool_choice``
         auto): :data:`SEVERAL_CALLS` where several calls are allowed, then :data:`NO_FITTING_CALL`;
-        a system message opens the chat where there is none. Only a turn that answers a request: after
-        tool results the model reads them and answers as it would unguided. Example: [user "Weather
-        in Paris and Rome?"] becomes [system "You are a helpful assistant. When a request needs a
-        function called more than once ...", user ...]."""
+        a system message opens the chat where there is none. Every turn of a conversation alike, so
+        that the next turn's prompt continues the last one's (the prefix cache holds it). Example:
+        [user "Weather in Paris and Rome?"] becomes [system "You are a helpful assistant. When a
+        request needs a function called more than once ...", user ...]."""
         out = [dict(m) for m in messages]
-        if not self.guidance or self.choice != "auto" or (out and out[-1].get("role") == "tool"):
+        if not self.guidance or self.choice != "auto":
             return out
         said = " ".join(([SEVERAL_CALLS] if self.several else []) + [NO_FITTING_CALL])
         if out and out[0].get("role") == "system":

@@ -28,7 +28,7 @@ class ServeSettings(BaseModel):
                                            "tools' schemas (vLLM's structured outputs): unset, where stepspec knows "
                                            "how the parser's calls open (hermes_json, hermes); true: there, or an "
                                            "error; false: never (calls are checked after they are written).")
-    call_guidance: bool = Field(True, description="Whether a request with tools (tool_choice auto) has its system "
+    call_guidance: bool = Field(False, description="Whether a request with tools (tool_choice auto) has its system "
                                 "message say to write a call for each item asked for and none where no tool fits "
                                 "(stepspec.workflows.agents.toolcalls.SEVERAL_CALLS, NO_FITTING_CALL); off: the "
                                 "messages as sent.")
