@@ -120,7 +120,8 @@ class StepRules:
         if self.calls is not None:
             if not isinstance(self.calls, CallRule):
                 raise ValueError(f"calls={self.calls!r} is not a call rule: it needs start, stop, several, constraint "
-                                 "and problem(text), forced_spans(text) and repeated(text) methods (stepspec.orchestrator.steps.CallRule)")
+                                 "and problem(text), forced_spans(text) and repeated(text) methods "
+                                 "(stepspec.orchestrator.steps.CallRule)")
             try:
                 re.compile(self.calls.start)
             except re.error as e:
