@@ -364,16 +364,15 @@ class TraceRun:
 
     def _add(self, record: StepRecord, ends: StepEnd | None = None) -> None:
         """Append a step; ``ends`` is what it ends (its GeneratedStep.ends)."""
-        if ends is not StepEnd.THINKING and record.complete:
-            holds = self.holds_call(self.open_step_text() + record.text)  # written in one piece or several
-            if self.rules.calls is None or not self.rules.calls.several:
-                ends = StepEnd.ACTION if holds else ends  # a tool call: the agent runs it
-            elif (holds and ends is not None) or (not holds and self.calls_written()):
-                ends = StepEnd.ACTION  # the last of the turn's calls: the model stopped, or wrote no other
         calls = self.rules.calls
-        if ends is not StepEnd.THINKING and calls is not None and calls.several \
-                and calls.repeated(join_steps([*self.steps, record], self.rules.delimiter)):
-            ends = StepEnd.ACTION  # a call written again, whole step or cut piece: a loop ends the turn
+        if ends is not StepEnd.THINKING and calls is not None:
+            holds = self.holds_call(self.open_step_text() + record.text)  # written in one piece or several
+            if not calls.several:
+                ends = StepEnd.ACTION if holds and record.complete else ends  # a tool call: the agent runs it
+            elif record.complete and ((holds and ends is not None) or (not holds and self.calls_written())):
+                ends = StepEnd.ACTION  # the last of the turn's calls: the model stopped, or wrote no other
+            if calls.several and holds and calls.repeated(join_steps([*self.steps, record], self.rules.delimiter)):
+                ends = StepEnd.ACTION  # a call written again, whole step or cut piece: a loop ends the turn
         self.steps.append(record)
         if ends is StepEnd.ACTION:
             self.ended = StopReason.ACTION  # an agent's tool call: the agent runs it and continues the chat
