@@ -30,6 +30,7 @@ from stepspec.engine.dtype import Dtype
 from stepspec.engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, ModelError, resolve_model
 from stepspec.engine.speculation import AUTO_SPEC, METHODS, TokenMethod, speculative_config
 from stepspec.engine.session import DEFAULT_SESSION_HEADER
+from stepspec.engine.token_accept import AcceptRule
 
 if TYPE_CHECKING:
     from stepspec.engine.models import PrepareProgress
@@ -97,11 +98,17 @@ class VLLMEngineConfig(Frozen):
                                             "draft_model.")
     draft_model: str | None = like(TokenSpeculation, "draft_model")
     num_speculative_tokens: int | None = like(TokenSpeculation, "num_speculative_tokens", exclude_if=_unset)
+    accept: AcceptRule | None = Field(None, exclude_if=_unset, description="Which proposed tokens the engine's "
+                                      "token-level speculation keeps for a greedy request (stepspec.engine."
+                                      "token_accept); None: the target's greedy token only, vLLM's own rule.")
 
     @model_validator(mode="after")
     def _one_speculation(self) -> "VLLMEngineConfig":
         if self.speculative_config is not None and self.speculation is not None:
             raise ValueError("give speculative_config or speculation, not both")
+        if self.accept is not None and self.speculative_config is None and self.speculation is None:
+            raise ValueError("accept judges the proposals of token-level speculation, and this engine has none: "
+                             "set speculation (e.g. draft) or leave accept out")
         if self.speculation == TokenMethod.DRAFT and not self.draft_model:
             raise ValueError("speculation: draft needs draft_model (the model that drafts tokens)")
         return self
@@ -197,7 +204,7 @@ def build_engine(name: str, config: VLLMEngineConfig | OpenAIEngineConfig, *,
         spec_config = {**spec_config, "model": resolve_model(spec_config["model"], on_progress=on_prepare)}
     return VLLMEngine(resolve_model(config.model, on_progress=on_prepare), name=name, dtype=config.dtype,
                       kv_cache_gib=config.kv_cache_gib, max_model_len=config.max_model_len,
-                      max_num_seqs=config.max_num_seqs, speculative_config=spec_config)
+                      max_num_seqs=config.max_num_seqs, speculative_config=spec_config, accept=config.accept)
 
 
 def build_engines(configs: Mapping[str, VLLMEngineConfig | OpenAIEngineConfig], *,
@@ -252,6 +259,10 @@ class EnginePair(Frozen):
     draft_dtype: Dtype = like(VLLMEngineConfig, "dtype", description="What the draft's in-process engine computes "
                               "in: auto (the fastest on this machine, measured), bfloat16, float16, float32.")
     num_speculative_tokens: int | None = like(TokenSpeculation, "num_speculative_tokens")
+    target_accept: AcceptRule | None = like(VLLMEngineConfig, "accept", description="Which of its token-level "
+                                            "proposals the target keeps (stepspec.engine.token_accept, e.g. "
+                                            "{max_rank: 2, floor: -3, math_max_rank: 1}); None: its greedy token "
+                                            "only, the exact rule.")
     kv_cache_gib: float = like(VLLMEngineConfig, "kv_cache_gib", description="KV cache size of each engine, GiB.")
     max_model_len: int = like(VLLMEngineConfig, "max_model_len", description="Context window of each engine, "
                               "tokens.")
@@ -302,6 +313,12 @@ class EnginePair(Frozen):
         method = auto_target_spec if self.target_spec == AUTO_SPEC else self.target_spec
         target_method = method if method != TokenMethod.DRAFT or in_process_draft else TokenMethod.NONE
         target = self._engine(self.target, self.target_url, target_method, in_process_draft, self.target_dtype)
+        if self.target_accept is not None:
+            if not isinstance(target, VLLMEngineConfig) or target.speculation is None:
+                raise ValueError("target_accept judges the target's token-level proposals, and the target has none "
+                                 f"(target_spec {target_method}, url {self.target_url}): give an in-process target "
+                                 "with target_spec draft, ngram or suffix, or leave target_accept out")
+            target = target.model_copy(update={"accept": self.target_accept})
         return target, (self._engine(self.draft, self.draft_url, self.draft_spec, None, self.draft_dtype)
                         if self.draft else None)
 

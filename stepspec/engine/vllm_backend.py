@@ -27,6 +27,7 @@ from stepspec.engine.dtype import DtypeChoice, choose_dtype
 from stepspec.engine.logs import log_tail
 from stepspec.engine.protocol import EngineError
 from stepspec.engine.stats import EngineStats, SpecDecodingStats
+from stepspec.engine.token_accept import AcceptRule
 from stepspec.engine.vllm_runtime import allowed_cpus, intel_openmp_preloaded, is_cpu_build, process_memory
 from stepspec.engine.types import (
     Completion,
@@ -94,6 +95,8 @@ class VLLMEngine:
     * ``dtype``: ``"auto"`` picks the fastest dtype on this machine, by measurement on a
       CPU (:mod:`stepspec.engine.dtype`; :attr:`dtype_choice` says which and why once started).
     * ``speculative_config``: passed to vLLM as it is.
+    * ``accept``: which proposed tokens that speculation keeps for a greedy request
+      (:mod:`stepspec.engine.token_accept`; None: vLLM's exact rule).
     * ``enforce_eager``: ``None`` picks eager mode on the CPU build (torch.compile's start
       costs more there than its faster decode returns) and torch.compile
       with CUDA graphs on a GPU.
@@ -121,6 +124,7 @@ class VLLMEngine:
         seed: int = 0,
         engine_args: Mapping[str, Any] | None = None,
         llm: Any = None,
+        accept: AcceptRule | None = None,
     ) -> None:
         self.model = model
         self.name = name or os.path.basename(model.rstrip("/")) or model
@@ -134,6 +138,7 @@ class VLLMEngine:
         self.enforce_eager = enforce_eager
         self.seed = seed
         self.engine_args = dict(engine_args or {})
+        self.accept = accept
         self._llm = llm
         self._tokenizer = llm.get_tokenizer() if hasattr(llm, "get_tokenizer") else None
         self._start_lock: asyncio.Lock | None = None
@@ -201,6 +206,8 @@ class VLLMEngine:
             kwargs["speculative_config"] = dict(self.speculative_config)
             kwargs["per_request_spec_decode_metrics"] = "summary"
             kwargs["worker_extension_cls"] = WORKER_EXTENSION  # reset_caches() forgets suffix decoding's outputs
+            if self.accept is not None and (rule := self.accept.vllm_config()):  # {} for the exact rule
+                kwargs["additional_config"] = rule
         kwargs.update(self.engine_args)
         try:
             return AsyncEngineArgs(**kwargs)

@@ -66,7 +66,6 @@ weighs a vote with (``best-of-n``).
 from __future__ import annotations
 
 import math
-import re
 import random
 from typing import ClassVar, Literal, Sequence
 
@@ -74,6 +73,7 @@ from pydantic import Field, model_validator
 
 from stepspec.common.options import Configured
 from stepspec.engine.protocol import Engine
+from stepspec.engine.token_accept import MATH_TOKEN
 from stepspec.engine.types import ContinuationRequest, ScoredToken
 from stepspec.judges.base import CutRule, JudgeError, JudgeOptions, StepCandidate, TokenCut, Verdict, judge
 
@@ -92,10 +92,6 @@ def forced_tokens(c: StepCandidate, texts: Sequence[str]) -> set[int]:
             inside.add(i)
         start = end
     return inside
-
-
-# A token whose text holds a digit or an arithmetic operator (math_max_rank applies).
-MATH_TOKEN = re.compile(r"[0-9+\-*/=×÷^<>%]")
 
 
 class LikelihoodOptions(JudgeOptions):

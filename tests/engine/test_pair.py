@@ -341,3 +341,28 @@ def test_draft_model_speculation_with_both_engines_and_embeddings_in_memory(pair
     # projection's weight beside its oneDNN copy.
     assert peak < 18 * GiB
     assert total < 22 * GiB  # 1.5 GiB left to the system
+
+
+def test_judged_token_acceptance_on_the_pair(engines, reference, runner):
+    """stepspec/engine/token_accept.py on a real engine (the 0.5B with n-gram lookup: it starts
+    fastest): a rule that keeps nothing past the target's greedy token writes the engine's greedy
+    text; a rule that keeps every proposal accepts every proposed token."""
+    from stepspec.engine.token_accept import AcceptRule
+
+    (plain,) = engines.use("draft")
+    (want,) = runner.run(plain.generate([GenerationRequest(reference["prompt"], PLAIN)]))
+    engines.use()  # their memory to the judged engines
+    counts = {}
+    for label, rule in (("greedy only", AcceptRule(max_rank=2, floor=-1e-4)), ("every", AcceptRule(max_rank=10**6))):
+        engine = pair_engine(resolve_model(BUNDLED_DRAFT, auto_prepare=False), f"draft+ngram ({label})",
+                             speculative_config("ngram"), accept=rule)
+        runner.run(engine.start())
+        try:
+            result, counts[label] = speculate(runner, engine, reference["prompt"], PLAIN)
+            if label == "greedy only":
+                assert greedy_mismatch(result.completion.token_ids, want.completion, engine.dtype_choice.dtype) is None
+        finally:
+            runner.run(engine.close())
+    every = counts["every"]
+    assert every.num_draft_tokens > 0 and every.num_accepted_tokens == every.num_draft_tokens, every
+    assert counts["greedy only"].num_accepted_tokens < counts["greedy only"].num_draft_tokens

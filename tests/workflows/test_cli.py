@@ -47,6 +47,9 @@ def test_solve_with_an_unknown_speculation_method():
     (["--strategy", "spec-thinking", "--judge", "score"], "strategy 'spec-thinking' takes no judge"),
     (["--judge-opt", "threshold"], "--judge-opt wants key=value"),
     (["--max-steps", "0"], "solve: max_steps must be an integer >= 1, got 0"),
+    (["--target-accept", '{"max_rank": 2'], "--target-accept wants JSON"),
+    (["--target-accept", '{"max_rank": 2}'], "target_accept judges the target's token-level proposals, and the "
+                                             "target has none"),
 ])
 def test_solve_rejects_bad_options_before_loading_models(args, message):
     r = stepspec("solve", "What is 2 + 3?", "--spec", "none", "--target", "/nonexistent-model", *args)

@@ -82,11 +82,28 @@ def _flag_type(annotation: Any) -> Any:
     """The type typer parses a field's flag as: a Literal or a tuple of names is a string (the
     model checks it; a tuple or list is given comma-separated); optional stays optional."""
     base, nullable = strip_none(annotation)
-    if get_origin(base) in (Literal, tuple, list, Union, types.UnionType):  # a union: a method or "auto"
-        base = str
+    if get_origin(base) in (Literal, tuple, list, Union, types.UnionType) or _is_model(base):
+        base = str  # a union: a method or "auto"; a model: JSON
     elif not (base in (str, int, float, bool) or (isinstance(base, type) and issubclass(base, enum.Enum))):
         raise TypeError(f"a field of type {annotation} has no flag; declare it in the command")
     return Optional[base] if nullable else base
+
+
+def _json_flag(value: str, name: str) -> Any:
+    """A flag whose field is a model: its JSON value (the model checks the keys)."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        flag_name = "--" + name.replace("_", "-")
+        raise typer.BadParameter(f"{flag_name} wants JSON, e.g. '{{\"max_rank\": 2}}'; got {value!r} ({e})") from e
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _is_model_field(model: type[BaseModel], name: str) -> bool:
+    return _is_model(strip_none(model.model_fields[name].annotation)[0])
 
 
 def _is_list(model: type[BaseModel], name: str) -> bool:
@@ -100,6 +117,9 @@ def flag(model: type[BaseModel], name: str) -> Any:
     if _is_list(model, name):
         return opt(model, name, *wording.get("flags", ()), show=lambda v: v if v is None else ",".join(v),
                    more="Comma-separated.")
+    if _is_model_field(model, name):
+        return opt(model, name, *wording.get("flags", ()), show=lambda v: v if v is None else v.model_dump_json(),
+                   more="JSON.")
     return opt(model, name, *wording.get("flags", ()), show=wording.get("show"), more=wording.get("more", ""))
 
 
@@ -130,6 +150,8 @@ def takes(model: type[BaseModel], into: str, *, skip: Iterable[str] = (), only: 
             for n, v in values.items():
                 if isinstance(v, str) and _is_list(model, n):
                     values[n] = tuple(x.strip() for x in v.split(",") if x.strip())
+                elif isinstance(v, str) and _is_model_field(model, n):
+                    values[n] = _json_flag(v, n)
             if isinstance(values.get("delimiter"), str):
                 values["delimiter"] = unescape(values["delimiter"])
             return command(**kwargs, **{into: values})
