@@ -11,7 +11,8 @@ per token:
 * ``max_rank``: the token is among the target's ``max_rank`` most likely (1: the exact rule);
 * ``floor``: and its target logprob is at least ``floor`` (None: no floor);
 * ``math_max_rank``: and a token holding a digit or an arithmetic operator (:data:`MATH_TOKEN`)
-  is among the target's ``math_max_rank`` most likely (None: no separate rule).
+  is among the target's ``math_max_rank`` most likely (None: no separate rule);
+* ``math_target``: ``math_max_rank`` applies also where the target's own likeliest token holds one.
 
 The first proposed token that is not kept is replaced by the target's greedy token, as in exact
 verification; when all ``k`` are kept the target's next token follows (the bonus token).
@@ -58,6 +59,8 @@ class AcceptRule(Frozen):
     floor: float | None = Field(None, lt=0, description="and its target logprob is at least this (None: no floor)")
     math_max_rank: int | None = Field(None, ge=1, description="and a token holding a digit or an arithmetic "
                                       "operator is among the target's math_max_rank likeliest (None: max_rank applies)")
+    math_target: bool = Field(False, description="math_max_rank applies also where the target's likeliest token "
+                              "holds a digit or operator")
 
     @property
     def exact(self) -> bool:
@@ -80,13 +83,14 @@ def judged_argmax_logits(target_logits: Any, draft_token_ids: Any, greedy_rows: 
     ids = draft_token_ids.long()
     drafted = target_logits.gather(1, ids.unsqueeze(1))  # [tokens, 1]
     rank = (target_logits > drafted).sum(dim=1) + 1
-    top = target_logits.max(dim=1).values
+    top, best = target_logits.max(dim=1)
     keep = (rank > 1) & (rank <= rule.max_rank)  # rank 1 is kept by vLLM's own comparison
     if rule.floor is not None:
         logprob = drafted.squeeze(1) - torch.logsumexp(target_logits, dim=1)
         keep &= logprob >= rule.floor
     if rule.math_max_rank is not None and math_ids is not None:
-        keep &= ~math_ids[ids] | (rank <= rule.math_max_rank)
+        numeric = math_ids[ids] | math_ids[best] if rule.math_target else math_ids[ids]
+        keep &= ~numeric | (rank <= rule.math_max_rank)
     if greedy_rows is not None:
         keep &= greedy_rows
     rows = keep.nonzero().squeeze(1)

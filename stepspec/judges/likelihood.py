@@ -16,7 +16,9 @@ bias). A token is *implausible* when any rule that is set fires:
   confident slip);
 * ``math_max_rank``: a token holding a digit or an arithmetic operator must be
   among the target's ``math_max_rank`` most likely (numbers and operators
-  strict, wording loose);
+  strict, wording loose); with ``math_target``, also a token where the target's
+  own likeliest holds one: a number the draft ends early (it writes ``1}`` where
+  the target writes ``10}``) or writes in words (" three" where the target writes " 3");
 * ``lead_max_rank``: each of a step's first ``lead_tokens`` drafted tokens must be
   among the target's ``lead_max_rank`` most likely: a step's first words choose
   what it computes ("the number of eggs left after ..."), where a plausible but
@@ -67,7 +69,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Iterable, Literal, Sequence
 
 from pydantic import Field, model_validator
 
@@ -105,6 +107,9 @@ class LikelihoodOptions(JudgeOptions):
                                    "below this is implausible (e.g. -4); None: rule off")
     math_max_rank: int | None = Field(1, ge=1, description="a drafted token holding a digit or an arithmetic operator "
                                       "must be among the target's math_max_rank likeliest; None: rule off")
+    math_target: bool = Field(False, description="math_max_rank applies also where the target's likeliest token "
+                              "holds a digit or operator (a number the draft ends early, e.g. '1}' where the target "
+                              "writes '10}', or writes in words)")
     lead_tokens: int = Field(0, ge=0, description="how many of a step's first drafted tokens lead_max_rank "
                              "applies to (0: rule off)")
     lead_max_rank: int = Field(1, ge=1, description="each of a step's first lead_tokens drafted tokens must be "
@@ -139,12 +144,19 @@ class LikelihoodJudge(Configured):
         self.options = LikelihoodOptions.build(options, **overrides)
         # the ratio test reads the draft's alternatives at each token of a sampled step
         self.draft_top_k = self.options.top_k if self.options.sampled == "ratio" else 0
+        self._texts: dict[int, str] = {}  # token id -> text, of the target's tokens math_target read
+
+    async def _learn_texts(self, token_ids: Iterable[int]) -> None:
+        """Decode (once each) the tokens whose text a rule reads."""
+        for i in set(token_ids) - self._texts.keys():
+            self._texts[i] = await self.engine.adecode([i])
 
     def rule_broken(self, logprob: float, rank: int, draft_logprob: float | None, text: str,
-                    exact: bool = False, lead: bool = False) -> CutRule | None:
+                    exact: bool = False, lead: bool = False, target_text: str = "") -> CutRule | None:
         """The first rule this token breaks, or None when it is plausible (``exact``: a tool
         call's step, where only the target's greedy token is; ``lead``: the token is one of a
-        step's first ``lead_tokens``)."""
+        step's first ``lead_tokens``; ``target_text``: the target's likeliest token there, which
+        ``math_target`` reads)."""
         o = self.options
         if (o.max_rank is not None and rank > o.max_rank) or (exact and rank > 1):
             return CutRule.RANK
@@ -152,7 +164,8 @@ class LikelihoodJudge(Configured):
             return CutRule.LEAD
         if o.floor is not None and logprob < o.floor:
             return CutRule.FLOOR
-        if o.math_max_rank is not None and rank > o.math_max_rank and MATH_TOKEN.search(text):
+        if o.math_max_rank is not None and rank > o.math_max_rank and (
+                MATH_TOKEN.search(text) or (o.math_target and MATH_TOKEN.search(target_text))):
             return CutRule.MATH_RANK
         if o.contrast is not None and draft_logprob is not None and logprob - draft_logprob < o.contrast:
             return CutRule.CONTRAST
@@ -165,6 +178,9 @@ class LikelihoodJudge(Configured):
                                  "must pass the step's prefix and draft_token_ids (specreason and lookahead do)")
         scores = await self.engine.score_continuations(
             [ContinuationRequest(c.prefix, c.draft_token_ids, top_k=self.options.top_k) for c in candidates])
+        if self.options.math_target and self.options.math_max_rank is not None:
+            await self._learn_texts(t.top[0][0] for s in scores for t in s.tokens
+                                    if t.rank > self.options.math_max_rank and t.top)
         verdicts = []
         for c, scored in zip(candidates, scores):
             texts = c.draft_token_texts or ("",) * len(c.draft_token_ids)
@@ -193,7 +209,8 @@ class LikelihoodJudge(Configured):
             if i in inside:  # written by a call's constraint: the target, bound, had no other choice
                 continue
             rule = self.rule_broken(tok.logprob, tok.rank, dlp, text, c.exact,
-                                    lead=c.starts_step and i < self.options.lead_tokens)
+                                    lead=c.starts_step and i < self.options.lead_tokens,
+                                    target_text=self._texts.get(tok.top[0][0], "") if tok.top else "")
             if rule is None:
                 continue
             misses += 1

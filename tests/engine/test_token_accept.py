@@ -48,6 +48,17 @@ def test_the_floor_and_the_math_rule_hold_a_second_choice_back(torch, judged):
     assert logits.argmax(dim=1).tolist() == [2, 1, 1]
 
 
+def test_math_target_holds_a_second_choice_where_the_targets_own_holds_a_digit(torch, judged):
+    # both rows draft token 2 (no digit) as the 2nd choice; row 1's likeliest is token 5, a digit
+    logits = logits_of(torch, [[(1, 2.0), (2, 1.9)], [(5, 2.0), (2, 1.9)]])
+    math = torch.tensor([False, False, False, False, False, True])
+    rule = AcceptRule(max_rank=2, math_max_rank=1, math_target=True)
+    assert judged(logits.clone(), torch.tensor([2, 2]), None, rule.model_copy(update={"math_target": False}),
+                  math) == 2
+    assert judged(logits, torch.tensor([2, 2]), None, rule, math) == 1
+    assert logits.argmax(dim=1).tolist() == [2, 5]
+
+
 def test_only_greedy_rows_are_judged(torch, judged):
     logits = logits_of(torch, [[(1, 2.0), (2, 1.5)], [(1, 2.0), (2, 1.5)]])
     judged(logits, torch.tensor([2, 2]), torch.tensor([True, False]), AcceptRule(max_rank=2), None)
@@ -57,7 +68,8 @@ def test_only_greedy_rows_are_judged(torch, judged):
 def test_the_exact_rule_configures_nothing_and_a_judged_one_travels_in_additional_config():
     assert AcceptRule().exact and AcceptRule().vllm_config() == {}
     rule = AcceptRule(max_rank=2, floor=-3.0, math_max_rank=1)
-    assert rule.vllm_config() == {ADDITIONAL_KEY: {"max_rank": 2, "floor": -3.0, "math_max_rank": 1}}
+    assert rule.vllm_config() == {ADDITIONAL_KEY: {"max_rank": 2, "floor": -3.0, "math_max_rank": 1,
+                                                   "math_target": False}}
     with pytest.raises(ValueError):
         AcceptRule(max_rank=0)
 

@@ -268,7 +268,7 @@ def test_likelihood_options_are_checked_with_the_valid_ones_named():
         with pytest.raises(JudgeError, match=message):
             LikelihoodJudge(engine, **bad)
     with pytest.raises(JudgeError, match="judge 'likelihood' has no option 'flor'. Did you mean 'floor'.*Its options: "
-                                         "floor, max_rank, contrast, math_max_rank, lead_tokens, lead_max_rank, tolerance, top_k"):
+                                         "floor, max_rank, contrast, math_max_rank, math_target, lead_tokens, lead_max_rank, tolerance, top_k"):
         make_judge("likelihood", engine=engine, flor=-3)
     with pytest.raises(JudgeError, match="must pass the step's prefix and draft_token_ids"):
         run(LikelihoodJudge(engine).judge([StepCandidate(Q, (), STEP)]))
@@ -282,7 +282,7 @@ def _judge_defaults():
     from stepspec.judges.score import DEFAULT_RUBRIC
 
     return {"score": dict(threshold=7.0, method="expected", rubric=DEFAULT_RUBRIC, step_delimiter="\n\n", top_k=20),
-            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, lead_tokens=0,
+            "likelihood": dict(floor=-5.0, max_rank=None, contrast=None, math_max_rank=1, math_target=False, lead_tokens=0,
                            lead_max_rank=1, tolerance=0, top_k=5,
                            sampled="ratio"),
             "exact": {},
@@ -447,3 +447,24 @@ def test_tempered_probabilities_bound_what_the_models_do_not_report():
     exact = 0.1 ** (1 / t) / (0.1 ** (1 / t) + 1000 * 0.0009 ** (1 / t))
     bound = tempered(reported, t, [math.log(0.0009)])[0]  # the least likely reported top token
     assert abs(bound - exact) < 1e-9
+
+
+def test_likelihood_math_target_holds_a_number_the_draft_ends_early():
+    """The draft ends a number where the target writes on: '"max_results": 1}' where the target
+    writes '10}'. The brace holds no digit, so math_max_rank alone keeps it; with math_target the
+    target's likeliest ('0', a digit) puts the rule on the brace."""
+    from stepspec.judges.likelihood import LikelihoodJudge
+
+    tokens = ['{"', "max", "_results", '":', " ", "1", "}"]
+    engine = likelihood_engine({"}": (-1.1, 2, "0")})
+    (plain,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=1).judge([scored_candidate(engine, tokens)]))
+    (held,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=1, math_target=True).judge(
+        [scored_candidate(engine, tokens)]))
+    assert plain.accept
+    assert not held.accept and held.cut.offset == 6 and held.cut.rule.value == "math_rank"
+    assert held.cut.target_token_id == engine.token_id("0") and held.cut.kept_text == '{"max_results": 1'
+    # the target's likeliest in words is no number: a rank-2 word after a word stays loose
+    engine = likelihood_engine({" ate": (-1.1, 2, " eats")})
+    (words,) = run(LikelihoodJudge(engine, floor=-5.0, math_max_rank=1, math_target=True).judge(
+        [scored_candidate(engine, STEP_TOKENS)]))
+    assert words.accept
