@@ -84,3 +84,17 @@ def test_lm_eval_command_runs_stepspec_on_real_vllm(tmp_path_factory):
     rows = [json.loads(x) for x in samples.read_text().splitlines()]
     rows = [x for x in rows if x["filter"] == "boxed"]
     assert len(rows) == 3 and all(x["resps"][0][0] for x in rows)  # a trace for each question
+
+
+def test_model_args_reach_nested_settings_by_dotted_keys():
+    """The harness splits model_args at commas, so a mapping (judge options, the target's token rule)
+    comes as dotted keys."""
+    from stepspec.workflows.eval.lm_eval_model import reasoner_config
+
+    config = reasoner_config({"strategy": "specreason", "spec": "draft", "judge_options.floor": -3.0,
+                              "judge_options.math_target": True, "target_accept.max_rank": 2,
+                              "target_accept.floor": -2.0})
+    assert config.judge_options == {"floor": -3.0, "math_target": True}
+    assert config.target.accept.max_rank == 2 and config.target.accept.floor == -2.0
+    with pytest.raises(ValueError, match="'judge_options.floor' sets a key inside 'judge_options'"):
+        reasoner_config({"judge_options": 1, "judge_options.floor": -3.0})

@@ -20,6 +20,9 @@ line: the strategy's own token-level method inside the target) and ``draft_spec`
 serve) and ``api_key_env``, ``judge``, ``threshold`` (score judge), ``max_tokens``,
 ``max_step_tokens``, ``max_steps``, ``timeout``, ``delimiter``, ``kv_cache_gib``,
 ``max_model_len``, and any option of the strategy (``gamma``, ``first_target_steps``, ...).
+A setting that is a mapping takes its keys dotted, one argument each (the harness splits
+``model_args`` at commas): ``judge_options.floor=-3,judge_options.math_max_rank=1``,
+``target_accept.max_rank=2,target_accept.floor=-2``.
 The harness's ``--batch_size`` bounds the problems in flight. Only generation tasks apply:
 a reasoner has no log-likelihoods to give.
 """
@@ -44,16 +47,32 @@ def cut_at(text: str, until: list[str] | tuple[str, ...]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+def undotted(model_args: dict[str, Any]) -> dict[str, Any]:
+    """``model_args`` with dotted keys folded into mappings: ``{"target_accept.max_rank": 2}`` is
+    ``{"target_accept": {"max_rank": 2}}``."""
+    args: dict[str, Any] = {}
+    for key, value in model_args.items():
+        *outer, last = key.split(".")
+        into = args
+        for part in outer:
+            into = into.setdefault(part, {})
+            if not isinstance(into, dict):
+                raise ValueError(f"model_args: '{key}' sets a key inside '{part}', which is also given a value of its "
+                                 "own; give one or the other")
+        into[last] = value
+    return args
+
+
 def reasoner_config(model_args: dict[str, Any], max_concurrency: int | None = None) -> ReasonerConfig:
     """The reasoner's config for lm-eval's ``model_args`` (see the module's docstring)."""
-    args = dict(model_args)
+    args = undotted(model_args)
     if "spec" in args:
         args["target_spec"] = args.pop("spec")
     if isinstance(args.get("delimiter"), str):
         args["delimiter"] = args["delimiter"].encode().decode("unicode_escape")
     threshold = args.pop("threshold", None)
     settings, rest = RunSettings.split(args)
-    judge_options = {} if threshold is None else {"threshold": float(threshold)}
+    judge_options = {**rest.pop("judge_options", {}), **({} if threshold is None else {"threshold": float(threshold)})}
     return settings.reasoner_config(judge_options=judge_options, **rest,
                                     **({} if max_concurrency is None else {"max_concurrency": max_concurrency}))
 
