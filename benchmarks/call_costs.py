@@ -15,6 +15,8 @@ reset before each measurement), then timed:
 Medians over problems 5-7 (problem 4 warms up). Results go to ``--json`` with the CPU model.
 
     python benchmarks/call_costs.py --json benchmarks/measured/cost_model_cpu/call_costs.json
+    python benchmarks/call_costs.py --engine target:draft:1 --engine target:draft:3 --engine target:draft:5 \
+        --json benchmarks/measured/cost_model_cpu/call_costs_draft_inside.json
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ SAMPLES = Path(__file__).parent / "measured/gsm8k100_speed_2026-12-05_cpu/sample
 ENGINES = (("target", "suffix"), ("target", "none"), ("draft", "suffix"))
 
 
-async def measure(role: str, method: str, rows: list[dict]) -> dict[str, float]:
+async def measure(role: str, method: str, rows: list[dict], k: int | None = None) -> dict[str, float]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     target, draft = EnginePair(kv_cache_gib=1.5, target_spec=method if role == "target" else "none",
-                               draft_spec=method if role == "draft" else "none").engines()
+                               draft_spec=method if role == "draft" else "none", num_speculative_tokens=k).engines()
     engine = build_engines({role: target if role == "target" else draft})[role]
     await engine.start()
     times: dict[str, list[float]] = {}
@@ -73,12 +75,19 @@ async def measure(role: str, method: str, rows: list[dict]) -> dict[str, float]:
     return {name: round(statistics.median(ts[1:]), 4) for name, ts in times.items()}
 
 
-async def main(out: Path | None) -> None:
+async def main(out: Path | None, engines: list[tuple[str, str, int | None]]) -> None:
     rows = [json.loads(line) for line in SAMPLES.read_text().splitlines()][4:8]
     result = {"cpu": cpu_info(), "engines": {}}
-    for role, method in ENGINES:
-        result["engines"][f"{role} ({method})"] = await measure(role, method, rows)
-        print(role, method, result["engines"][f"{role} ({method})"], flush=True)
+    for role, method, k in engines:
+        name = f"{role} ({method}{'' if k is None else f', k={k}'})"
+        result["engines"][name] = await measure(role, method, rows, k)
+        print(name, result["engines"][name], flush=True)
+    write_result(result, out)
+
+
+def write_result(result: dict, out: Path | None) -> None:
+    """Print ``result`` and write it to ``out`` (when given) as JSON."""
+    print(json.dumps(result, indent=1), flush=True)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
@@ -87,4 +96,11 @@ async def main(out: Path | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None)
-    asyncio.run(main(parser.parse_args().json))
+    parser.add_argument("--engine", action="append", default=None, metavar="ROLE:METHOD[:K]",
+                        help="an engine to measure, e.g. target:draft:3 (the 0.5B proposing 3 tokens inside the "
+                             "target); repeatable; default: " + ", ".join(f"{r}:{m}" for r, m in ENGINES))
+    args = parser.parse_args()
+    chosen = [(r, m, None) for r, m in ENGINES]
+    if args.engine:
+        chosen = [(p[0], p[1], int(p[2]) if len(p) > 2 else None) for p in (e.split(":") for e in args.engine)]
+    asyncio.run(main(args.json, chosen))

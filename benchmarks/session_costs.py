@@ -36,12 +36,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from call_costs import SAMPLES, write_result  # noqa: E402
 from stepspec.engine.config import EnginePair, build_engines  # noqa: E402
 from stepspec.engine.dtype import cpu_info  # noqa: E402
 from stepspec.orchestrator.stepgen import opening_prompt  # noqa: E402
 
-SAMPLES = Path(__file__).parent / "measured/gsm8k100_speed_2026-12-05_cpu/samples_gsm8k_target-only.jsonl"
 BLOCK = 32
 
 
@@ -128,10 +129,7 @@ async def main(out: Path | None) -> None:
         await engine.close()
     result = {"cpu": cpu_info(), "engine": "target (none)", "block": BLOCK,
               "seconds": {name: round(statistics.median(ts[1:]), 4) for name, ts in times.items()}, "findings": findings}
-    print(json.dumps(result, indent=1))
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(result, out)
 
 
 if __name__ == "__main__":
