@@ -9,7 +9,8 @@ function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that n
 
 Arms: a strategy's name (its server binds calls to their schemas, the default, and guides the model
 to a call per item, ``--call-guidance``), the same with
-``-unbound`` (``--no-constrained-calls``: calls checked after they are written), and
+``-unbound`` (``--no-constrained-calls``: calls checked after they are written) or ``-unguided``
+(without ``--call-guidance``: ``stepspec serve``'s defaults), and
 ``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
 its tokens inside it, as target-only) with the best parser for the pair, ``hermes_json`` (which
 stepspec's vLLM plug-in registers in vLLM's registry), the peer; ``vllm-server-hermes``: the same
@@ -44,6 +45,9 @@ VENV = ROOT / ".venv-bfcl"
 BFCL = ("bfcl-eval==2026.3.23", "soundfile")
 MODEL = "openbmb/MiniCPM-SALA-FC"  # BFCL's registry: an OpenAI chat-completions FC client
 ARMS = ("target-only", "specreason", "draft-only")
+# An arm is a strategy's name, then optionally -unguided, then -unbound: what each suffix does to the flags
+# of its server (the first list is the default, the second the suffix's).
+ARM_SUFFIXES = {"-unbound": ([], ["--no-constrained-calls"]), "-unguided": (["--call-guidance"], [])}
 CONTEXT = 16384  # multi-turn entries hold the functions' docs and every turn: past 4096 tokens
 
 
@@ -70,10 +74,11 @@ def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
     arm's strategy (``-unbound``: calls not bound to their schemas), or vLLM's own server."""
     if arm.startswith("vllm-server"):
         return vllm_server(port, log, parser=arm.removeprefix("vllm-server").removeprefix("-") or "hermes_json")
-    strategy = arm.removesuffix("-unbound")
-    unbound = ["--no-constrained-calls"] if arm.endswith("-unbound") else []
-    return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), "--call-guidance",
-                         *unbound], port, log)
+    strategy, flags = arm, []
+    for suffix, (default, given) in ARM_SUFFIXES.items():
+        flags += given if strategy.endswith(suffix) else default
+        strategy = strategy.removesuffix(suffix)
+    return start_server(["--strategy", strategy, "--name", MODEL, "--max-model-len", str(CONTEXT), *flags], port, log)
 
 
 def vllm_server(port: int, log: Path, parser: str) -> subprocess.Popen:
