@@ -98,3 +98,5 @@ def test_model_args_reach_nested_settings_by_dotted_keys():
     assert config.target.accept.max_rank == 2 and config.target.accept.floor == -2.0
     with pytest.raises(ValueError, match="'judge_options.floor' sets a key inside 'judge_options'"):
         reasoner_config({"judge_options": 1, "judge_options.floor": -3.0})
+    with pytest.raises(ValueError, match="'judge_options' gives a value to a setting that dotted keys also set"):
+        reasoner_config({"judge_options.floor": -3.0, "judge_options": 1})

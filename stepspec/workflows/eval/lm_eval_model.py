@@ -59,6 +59,9 @@ def undotted(model_args: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(into, dict):
                 raise ValueError(f"model_args: '{key}' sets a key inside '{part}', which is also given a value of its "
                                  "own; give one or the other")
+        if isinstance(into.get(last), dict):
+            raise ValueError(f"model_args: '{key}' gives a value to a setting that dotted keys also set inside; give "
+                             "one or the other")
         into[last] = value
     return args
 
