@@ -115,8 +115,9 @@ async def main(out: Path | None) -> None:
                 times.setdefault(f"session{n}", []).append(await session(llm, prefix, ids[len(prefix):len(prefix) + n]))
             await engine.reset_caches()
             await fresh(llm, prefix)
-            times.setdefault("verify51", []).append(await fresh(llm, ids[:len(prefix) + 51], prompt_logprobs=1, detokenize=False,
-                                                              skip_reading_prefix_cache=False))
+            verified = await fresh(llm, ids[:len(prefix) + 51], prompt_logprobs=1, detokenize=False,
+                                   skip_reading_prefix_cache=False)
+            times.setdefault("verify51", []).append(verified)
             try:
                 await engine.reset_caches()
                 times.setdefault("verify51_session", []).append(
@@ -127,8 +128,8 @@ async def main(out: Path | None) -> None:
             print(row["doc_id"], {k: round(v[-1], 4) for k, v in times.items()}, flush=True)
     finally:
         await engine.close()
-    result = {"cpu": cpu_info(), "engine": "target (none)", "block": BLOCK,
-              "seconds": {name: round(statistics.median(ts[1:]), 4) for name, ts in times.items()}, "findings": findings}
+    result = {"cpu": cpu_info(), "engine": "target (none)", "block": BLOCK, "findings": findings,
+              "seconds": {name: round(statistics.median(ts[1:]), 4) for name, ts in times.items()}}
     write_result(result, out)
 
 

@@ -100,3 +100,5 @@ def test_model_args_reach_nested_settings_by_dotted_keys():
         reasoner_config({"judge_options": 1, "judge_options.floor": -3.0})
     with pytest.raises(ValueError, match="'judge_options' gives a value to a setting that dotted keys also set"):
         reasoner_config({"judge_options.floor": -3.0, "judge_options": 1})
+    with pytest.raises(ValueError, match="judge_options='floor' is not a mapping; give each option as a dotted key"):
+        reasoner_config({"judge_options": "floor"})

@@ -75,7 +75,11 @@ def reasoner_config(model_args: dict[str, Any], max_concurrency: int | None = No
         args["delimiter"] = args["delimiter"].encode().decode("unicode_escape")
     threshold = args.pop("threshold", None)
     settings, rest = RunSettings.split(args)
-    judge_options = {**rest.pop("judge_options", {}), **({} if threshold is None else {"threshold": float(threshold)})}
+    judge_options = rest.pop("judge_options", {})
+    if not isinstance(judge_options, dict):
+        raise ValueError(f"model_args: judge_options={judge_options!r} is not a mapping; give each option as a "
+                         "dotted key, e.g. judge_options.floor=-3")
+    judge_options = {**judge_options, **({} if threshold is None else {"threshold": float(threshold)})}
     return settings.reasoner_config(judge_options=judge_options, **rest,
                                     **({} if max_concurrency is None else {"max_concurrency": max_concurrency}))
 
