@@ -55,11 +55,12 @@ class Structured:
     of ``json`` (a JSON schema the whole text follows, as JSON text) and ``structural_tag``
     (free text until a trigger, then a part a schema binds, in vLLM's structural-tag JSON).
 
-    Worked example: ``Structured(structural_tag='{"type": "structural_tag", "triggers":
-    ["<tool_call>"], "structures": [{"begin": "<tool_call>\\n{\\"name\\": \\"add\\",
-    \\"arguments\\": ", "schema": {...}, "end": "}\\n</tool_call>"}]}')``: the model writes freely;
-    once it writes ``<tool_call>`` it can only go on with a call to ``add`` whose arguments
-    follow the schema, then the closing tag, and write freely again."""
+    Worked example: ``Structured(structural_tag='{"type": "structural_tag", "format": {"type":
+    "triggered_tags", "triggers": ["<tool_call>"], "tags": [{"begin": "<tool_call>\\n", "content":
+    {"type": "json_schema", "json_schema": {...}}, "end": "\\n</tool_call>"}]}}')``: the model
+    writes freely; once it writes ``<tool_call>`` it can only go on with JSON that follows the
+    schema (a call to ``add`` whose arguments follow its own), then the closing tag, and write
+    freely again."""
 
     json: str | None = None
     structural_tag: str | None = None

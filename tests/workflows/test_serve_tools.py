@@ -205,9 +205,8 @@ def test_calls_are_generated_bound_to_the_schemas_unless_the_server_turns_it_off
         ask(url)
     with serving({"stepspec": free}, constrained_calls=False) as url:
         ask(url)
-    tag = json.loads(bound.target.samplings[0].structured.structural_tag)
-    assert {s["begin"] for s in tag["structures"]} >= {'```json\n{"name": "multiply", "arguments": ',
-                                                        '<tool_call>\n{"name": "add", "arguments": '}
+    tag = json.loads(bound.target.samplings[0].structured.structural_tag)["format"]
+    assert {t["begin"] for t in tag["tags"]} >= {'```json\n', '<tool_call>\n', '{"name": "multiply", "arguments": '}
     assert [s.structured for s in free.target.samplings] == [None] * len(free.target.samplings)
     with pytest.raises(ToolCallError, match="cannot bind calls to their schemas with parser 'llama3_json'"):
         with serving({"stepspec": reasoner(strategy="target-only")}, constrained_calls=True,

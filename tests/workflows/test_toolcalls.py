@@ -109,10 +109,7 @@ def _accepts(constraint, text: str) -> bool:
     if constraint.json is not None:
         grammar = xgr.Grammar.from_json_schema(constraint.json)
     else:
-        tag = json.loads(constraint.structural_tag)
-        grammar = xgr.Grammar.from_structural_tag(
-            [xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"])
-             for s in tag["structures"]], tag["triggers"])
+        grammar = xgr.Grammar.from_structural_tag(constraint.structural_tag)
     return _is_grammar_accept_string(grammar, text)
 
 
@@ -124,6 +121,8 @@ def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the
                  '```json\n{"name": "weather", "arguments": {"city": "Lisbon"}}\n```',
                  '{"name": "multiply", "arguments": {"a": 2, "b": 3}}',  # bare, as the pair writes one now and then
                  '{{"name": "multiply", "arguments": {"a": 2, "b": 3}}}',  # with its doubled brace
+                 # pretty-printed, as the pair writes a call free: the grammar binds structure, not layout
+                 'I multiply.\n```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2,\n    "b": 3\n  }\n}\n```',
                  "No call at all: the answer is \\boxed{6}."]:
         assert _accepts(bound, good), good
     for bad in ['```json\n{"name": "divide", "arguments": {"a": 2, "b": 3}}\n```',  # not declared
@@ -131,7 +130,9 @@ def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the
                 '```json\n{"name": "multiply", "arguments": {"a": 2}}\n```',  # a required argument missing
                 '```json\n{"name": "weather", "arguments": {"city": ["Porto", "Lisbon"]}}\n```',  # two folded in one
                 '```json\n[{"name": "weather", "arguments": {"city": "Porto"}}]\n```',  # a list of calls
-                '{"name": "multiply", "arguments": {"a": 2, "b": "3"}}']:  # bare, against the schema
+                '{"name": "multiply", "arguments": {"a": 2, "b": "3"}}',  # bare, against the schema
+                '```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2\n  }\n}\n```',  # pretty, one missing
+                '```json\n{\n  "arguments": {"city": "Porto"},\n  "name": "weather"\n}\n```']:  # name not first
         assert not _accepts(bound, bad), bad
     assert [s.trigger for s in call_formats("hermes_json")] == ["```json", "<tool_call>", '{"name"']
 
@@ -157,7 +158,9 @@ def test_the_spans_a_bound_call_had_no_choice_in():
     assert [tagged[a:b] for a, b in calling().forced_spans(tagged)] == ['\n{"name": "', '", "arguments": ']
     bare = '{{"name": "weather", "arguments": {"city": "Porto"}}}'
     assert [bare[a:b] for a, b in calling().forced_spans(bare)] == [': "', '", "arguments": ']
-    # written free (unbound, a forced reply, a pretty-printed call): no span is the grammar's
+    pretty = 'I multiply.\n```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2,\n    "b": 3\n  }\n}\n```'
+    assert [pretty[a:b] for a, b in calling().forced_spans(pretty)] == ['\n{\n  "name": "', '",\n  "arguments": ']
+    # written free (unbound, a forced reply) or not yet past the name: no span is the grammar's
     assert calling(constrained=False).forced_spans(text) == ()
     assert calling(choice="multiply").forced_spans('{"a": 2, "b": 3}}') == ()
     assert calling().forced_spans('```json\n{\n  "name": "multiply"') == ()

@@ -17,10 +17,13 @@ and its arguments follow that tool's schema) and reads the calls back (:meth:`To
 
 *Bound* calls (vLLM's structured outputs, as vLLM's server binds forced ones): with tools
 ``add`` and ``multiply`` and the pair's fenced calls, the model writes freely until it writes
-```` ```json ````; from there it can only write ``{"name": "add", "arguments": `` or the same
-for ``multiply``, then arguments its schema allows, then ``}`` and the closing fence. A forced
-reply is bound from its first token (the named function's arguments; ``required``: any
-declared call's object).
+```` ```json ````; from there it can only write a JSON object ``{"name": "add", "arguments":
+...}`` or the same for ``multiply``, its arguments those its schema allows, then the closing
+fence. The grammar binds the call's structure, not its layout: the object compact or
+pretty-printed over several lines, as the model writes it free (a bound call that opens compact
+where the model would indent changes what it chooses inside). A bare call (no fence) is bound
+from its compact head ``{"name": "``, the only layout its trigger sees. A forced reply is bound
+from its first token (the named function's arguments; ``required``: any declared call's object).
 
 Terms: a call is *invalid* when it names no declared tool, its arguments break the
 tool's JSON schema, it is not the function ``tool_choice`` names, or it cannot be read
@@ -55,6 +58,8 @@ SEVERAL_CALLS = ("When a request needs a function called more than once (for sev
 NO_FITTING_CALL = "When no function fits the request, do not call one: say so in text."
 GUIDED_SYSTEM = "You are a helpful assistant."  # the system message guidance opens where a request sends none
 NAME_KEY, ARGUMENTS_KEY = '{"name": "', '", "arguments": '  # a call's object up to its name, then to its arguments
+# The same in any layout (whitespace where JSON allows it): what a bound call's grammar writes around its name.
+NAME_KEY_RE, ARGUMENTS_KEY_RE = r'\{\s*"name"\s*:\s*"', r'"\s*,\s*"arguments"\s*:\s*'
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,32 @@ class CallFormat:
         """The text up to a call's arguments, for the tool ``name``."""
         return f"{self.opening}{NAME_KEY}{name}{ARGUMENTS_KEY}"
 
-    def structure(self, name: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
-        """A structural tag's structure: a call to ``name`` whose arguments follow ``parameters``."""
-        return {"begin": self.head(name), "schema": dict(parameters), "end": "}" + self.closing}
+    def tags(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """A structural tag's tags for calls to the tools ``schemas`` (name: parameters) in this
+        format: after an opening, the whole object in any JSON layout (:func:`calls_schema`); a
+        bare call, from its compact head, one tag per tool with its arguments' schema."""
+        if self.opening:
+            return [{"type": "tag", "begin": self.opening, "end": self.closing,
+                     "content": {"type": "json_schema", "json_schema": calls_schema(schemas)}}]
+        return [{"type": "tag", "begin": self.head(name), "end": "}" + self.closing,
+                 "content": {"type": "json_schema", "json_schema": dict(parameters)}}
+                for name, parameters in schemas.items()]
+
+    def head_re(self, names: Sequence[str]) -> str:
+        """A regex of a call's head in this format, in the layouts its tags allow: groups ``name``
+        (one of ``names``) and ``arguments`` (the text after the name up to the arguments)."""
+        name_key, arguments_key = (NAME_KEY_RE, ARGUMENTS_KEY_RE) if self.opening else \
+            (re.escape(NAME_KEY), re.escape(ARGUMENTS_KEY))
+        return (f"{re.escape(self.opening)}{name_key}(?P<name>{'|'.join(map(re.escape, names))})"
+                f"(?P<arguments>{arguments_key})")
+
+
+def calls_schema(schemas: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of a call's object ``{"name": ..., "arguments": ...}`` to any of the tools
+    ``schemas`` (name: parameters): the name one of theirs, the arguments that tool's."""
+    return {"anyOf": [{"type": "object", "properties": {"name": {"const": name}, "arguments": dict(parameters)},
+                       "required": ["name", "arguments"], "additionalProperties": False}
+                      for name, parameters in schemas.items()]}
 
 
 FENCE = CallFormat("```json\n", "\n```")  # what the bundled pair writes
@@ -285,12 +313,10 @@ class ToolCalling(CallRule):
         if self.forced:
             if self.choice != "required":
                 return Structured(json=json.dumps(self.schemas[self.choice]))
-            return Structured(json=json.dumps({"anyOf": [
-                {"type": "object", "properties": {"name": {"const": name}, "arguments": schema},
-                 "required": ["name", "arguments"], "additionalProperties": False}
-                for name, schema in self.schemas.items()]}))
-        tag = {"type": "structural_tag", "triggers": [f.trigger for f in formats],
-               "structures": [f.structure(name, schema) for f in formats for name, schema in self.schemas.items()]}
+            return Structured(json=json.dumps(calls_schema(self.schemas)))
+        tag = {"type": "structural_tag", "format": {
+            "type": "triggered_tags", "triggers": [f.trigger for f in formats],
+            "tags": [t for f in formats for t in f.tags(self.schemas)]}}
         return Structured(structural_tag=json.dumps(tag))
 
     def guided(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -406,9 +432,9 @@ class ToolCalling(CallRule):
 
     def forced_spans(self, text: str) -> tuple[tuple[int, int], ...]:
         """The spans of ``text`` the binding wrote itself (:meth:`CallRule.forced_spans`): after each call's
-        opening (the structural tag's trigger, e.g. ```` ```json ````) the rest of the structure's
-        beginning, ``\\n{"name": "``, and after the name ``", "arguments": ``; the name too where one
-        tool is declared. Bound ``tool_choice: auto`` calls only (a forced reply starts after its
+        opening (the structural tag's trigger, e.g. ```` ```json ````) the rest of the call's head,
+        ``\\n{"name": "``, and after the name ``", "arguments": `` (with the whitespace the model chose
+        between them, compact or pretty-printed); the name too where one tool is declared. Bound ``tool_choice: auto`` calls only (a forced reply starts after its
         prefill). Example, one tool ``add``: in ``"I add.\\n```json\\n{"name": "add", "arguments":
         {"a": 1}}"`` the span from the newline after ``json`` to the space before ``{"a"``."""
         if not self.formats or self.forced:
@@ -416,16 +442,12 @@ class ToolCalling(CallRule):
         spans = []
         names = sorted(self.schemas, key=len, reverse=True)  # the longest declared name that is written
         for f in self.formats:
-            trigger = f.trigger
-            for m in re.finditer(re.escape(f.opening + NAME_KEY), text):
-                name = next((n for n in names if text.startswith(n + ARGUMENTS_KEY, m.end())), None)
-                if name is None:
-                    continue
-                named = m.end() + len(name)
+            for m in re.finditer(f.head_re(names), text):
+                start = m.start() + len(f.trigger)
                 if len(self.schemas) == 1:
-                    spans.append((m.start() + len(trigger), named + len(ARGUMENTS_KEY)))
+                    spans.append((start, m.end()))
                 else:
-                    spans += [(m.start() + len(trigger), m.end()), (named, named + len(ARGUMENTS_KEY))]
+                    spans += [(start, m.start("name")), m.span("arguments")]
         # a fenced call's object also reads as a bare one: keep the spans no other holds
         return tuple(sorted({s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)}))
 
