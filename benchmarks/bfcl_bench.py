@@ -10,7 +10,8 @@ function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that n
 Arms: a strategy's name (its server binds calls to their schemas, the default, and guides the model
 to a call per item, ``--call-guidance``), the same with
 ``-unbound`` (``--no-constrained-calls``: calls checked after they are written) or ``-unguided``
-(without ``--call-guidance``: ``stepspec serve``'s defaults), and
+(without ``--call-guidance``: ``stepspec serve``'s defaults), then optionally ``@`` and strategy options
+joined by ``+`` (``specreason@draft_opening=false``: ``--opt draft_opening=false``), and
 ``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
 its tokens inside it, as target-only) with the best parser for the pair, ``hermes_json`` (which
 stepspec's vLLM plug-in registers in vLLM's registry), the peer; ``vllm-server-hermes``: the same
@@ -74,7 +75,8 @@ def serve(arm: str, port: int, log: Path) -> subprocess.Popen:
     arm's strategy (``-unbound``: calls not bound to their schemas), or vLLM's own server."""
     if arm.startswith("vllm-server"):
         return vllm_server(port, log, parser=arm.removeprefix("vllm-server").removeprefix("-") or "hermes_json")
-    strategy, flags = arm, []
+    strategy, _, options = arm.partition("@")
+    flags = [flag for option in options.split("+") if option for flag in ("--opt", option)]
     for suffix, (default, given) in ARM_SUFFIXES.items():
         flags += given if strategy.endswith(suffix) else default
         strategy = strategy.removesuffix(suffix)

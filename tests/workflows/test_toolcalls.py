@@ -137,6 +137,18 @@ def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the
     assert [s.trigger for s in call_formats("hermes_json")] == ["```json", "<tool_call>", '{"name"']
 
 
+def test_a_guided_turn_of_several_calls_binds_them_compact():
+    """Where the guidance asks for a call per item, a call is bound from its compact head (the pair
+    writes the next call after a compact one); elsewhere in the layout the model chooses."""
+    pretty = '```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2,\n    "b": 3\n  }\n}\n```'
+    compact = '```json\n{"name": "multiply", "arguments": {"a": 2, "b": 3}}\n```'
+    guided = calling(guidance=True)
+    assert _accepts(guided.constraint, compact + "\n\n" + compact) and not _accepts(guided.constraint, pretty)
+    assert [compact[a:b] for a, b in guided.forced_spans(compact)] == ['\n{"name": "', '", "arguments": ']
+    for free in (calling(), calling(guidance=True, parallel=False)):
+        assert _accepts(free.constraint, pretty) and _accepts(free.constraint, compact)
+
+
 def test_a_forced_call_is_bound_from_its_first_token():
     named, required = calling(choice="multiply"), calling(choice="required")
     assert _accepts(named.constraint, '{"a": 2, "b": 3}') and not _accepts(named.constraint, '{"a": 2}')

@@ -22,7 +22,9 @@ and its arguments follow that tool's schema) and reads the calls back (:meth:`To
 fence. The grammar binds the call's structure, not its layout: the object compact or
 pretty-printed over several lines, as the model writes it free (a bound call that opens compact
 where the model would indent changes what it chooses inside). A bare call (no fence) is bound
-from its compact head ``{"name": "``, the only layout its trigger sees. A forced reply is bound
+from its compact head ``{"name": "``, the only layout its trigger sees; so is every call where
+the guidance asks for a call per item (``guidance`` with several calls allowed): the pair
+writes the next call after a compact one and ends its turn after a pretty-printed one. A forced reply is bound
 from its first token (the named function's arguments; ``required``: any declared call's object).
 
 Terms: a call is *invalid* when it names no declared tool, its arguments break the
@@ -80,11 +82,12 @@ class CallFormat:
         """The text up to a call's arguments, for the tool ``name``."""
         return f"{self.opening}{NAME_KEY}{name}{ARGUMENTS_KEY}"
 
-    def tags(self, schemas: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def tags(self, schemas: Mapping[str, Mapping[str, Any]], compact: bool = False) -> list[dict[str, Any]]:
         """A structural tag's tags for calls to the tools ``schemas`` (name: parameters) in this
         format: after an opening, the whole object in any JSON layout (:func:`calls_schema`); a
-        bare call, from its compact head, one tag per tool with its arguments' schema."""
-        if self.opening:
+        bare call, or any call where ``compact``, from its compact head (:meth:`head`), one tag per
+        tool with its arguments' schema."""
+        if self.opening and not compact:
             return [{"type": "tag", "begin": self.opening, "end": self.closing,
                      "content": {"type": "json_schema", "json_schema": calls_schema(schemas)}}]
         return [{"type": "tag", "begin": self.head(name), "end": "}" + self.closing,
@@ -299,6 +302,9 @@ class ToolCalling(CallRule):
                 raise ToolCallError(f"tool_choice '{choice}' forces a call, and stepspec knows no call opening for "
                                     f"parser '{parser}'; use tool_choice 'auto' or parser {DEFAULT_TOOL_CALL_PARSER}")
             self.prefill = formats[0].opening if choice == "required" else formats[0].head(choice)
+        # Where the guidance asks for a call per item, calls are bound from their compact head: the layout
+        # after which the pair goes on to the next call (benchmarks/measured/bfcl_layout_parallel_cpu).
+        self.compact = guidance and self.several
         bound = constrained is not False and choice != "none" and bool(formats)
         self.formats = tuple(formats) if bound else ()
         self.constraint = self._constraint(formats) if bound else None
@@ -316,7 +322,7 @@ class ToolCalling(CallRule):
             return Structured(json=json.dumps(calls_schema(self.schemas)))
         tag = {"type": "structural_tag", "format": {
             "type": "triggered_tags", "triggers": [f.trigger for f in formats],
-            "tags": [t for f in formats for t in f.tags(self.schemas)]}}
+            "tags": [t for f in formats for t in f.tags(self.schemas, compact=self.compact)]}}
         return Structured(structural_tag=json.dumps(tag))
 
     def guided(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
