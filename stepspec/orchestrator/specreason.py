@@ -10,10 +10,11 @@ token) a step scored at or above the threshold stays and the target rewrites the
 whole. The first ``first_target_steps`` steps are written by the target outright
 (default 2: the opening and the plan; why: :class:`stepspec.orchestrator.driver.TargetOpening`);
 with ``draft_opening`` the draft writes the first (the opening sentence, judged as any
-drafted step) and the target the plan. In an agent's turn after a tool's result the target
-writes the opening too: that step decides between another call and the answer, and a
-drafted one the target finds plausible ("To generate the response for the given function
-call, ...") leads the turn to call the same tool again instead of answering.
+drafted step) and the target the plan. In a turn that may call a tool (tools declared, or an
+agent's turn after a tool's result) the target writes the opening too: that step decides
+between a call and text, and a drafted one the target finds plausible leads the turn astray
+("To generate the response for the given function call, ..." calls the same tool again
+instead of answering; "I'm sorry, but I can't assist with that." answers where a call was due).
 
 Worked example, the default judge: the draft writes "16 - 3 = 13 eggs."; every token is
 among the target's likeliest: kept, author "draft". At a cut the target's own token goes
@@ -63,7 +64,8 @@ class SpecReasonOptions(StepBackoff, TargetOpening):
 
     draft_opening: bool = Field(True, description="the draft writes the first step (the opening sentence), "
                                 "judged as any drafted step; the target writes the rest of its first_target_steps "
-                                "(the plan); not in an agent's turn after a tool's result, which the target opens")
+                                "(the plan); not in a turn that may call a tool (tools declared, or after a tool's "
+                                "result), which the target opens")
 
     draft_after_cut: int = Field(2, ge=0, description="after a token-level cut, the target's own token at the cut "
                                  "goes in (read from the verification, no call, where the engine can tell it) and "
@@ -89,7 +91,7 @@ class SpecReason(Policy):
 
     def turn(self, run: TraceRun) -> Turn:
         done = sum(s.complete for s in run.steps)  # complete steps (a cut step is written in pieces)
-        drafts_opening = self.options.draft_opening and not answers_tool_result(run.question)
+        drafts_opening = self.options.draft_opening and not may_call(run)
         if done < self.options.first_target_steps and not (drafts_opening and done == 0):
             return Turn.OPENING
         return Turn.GOVERNED if done else Turn.UNTIMED  # the first step carries the question's prefill
@@ -129,6 +131,11 @@ CONFIDENT = "confident"
 def confident(logprobs: Sequence[float], floor: float) -> bool:
     """Whether the draft wrote every token of a step with at least ``floor`` logprob."""
     return bool(logprobs) and min(logprobs) >= floor
+
+
+def may_call(run: TraceRun) -> bool:
+    """Whether the turn may call a tool: tools declared (``rules.calls``), or a turn after a tool's result."""
+    return run.rules.calls is not None or answers_tool_result(run.question)
 
 
 def cuts_in_open_step(steps: Sequence[StepRecord]) -> int:

@@ -89,6 +89,19 @@ def test_an_agents_turn_after_a_tools_result_opens_with_the_target():
     assert authors == {"first turn": ["draft", "target", "draft"], "after the result": ["target", "target", "draft"]}
 
 
+def test_a_turn_that_may_call_a_tool_opens_with_the_target():
+    """With tools declared (a call rule) the target writes the opening of the first turn too: it
+    decides between a call and text."""
+    from stepspec.orchestrator.steps import TextCalls
+
+    authors = {}
+    for name, rules in (("no tools", StepRules()), ("tools", StepRules(calls=TextCalls(r"```json", "<tool_response>")))):
+        trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(True),
+                               rules=rules, first_target_steps=2, draft_opening=True))
+        authors[name] = [s.author for s in trace.steps]
+    assert authors == {"no tools": ["draft", "target", "draft"], "tools": ["target", "target", "draft"]}
+
+
 def test_repetition_guard_stops_a_loop():
     trace = run(target_only(Q, target=ScriptedEngine(continuation=lambda p: "Let me check.\n\n")))
     assert trace.stop_reason == "repetition" and len(trace.steps) == 2
