@@ -95,7 +95,8 @@ def test_a_turn_that_may_call_a_tool_opens_with_the_target():
     from stepspec.orchestrator.steps import TextCalls
 
     authors = {}
-    for name, rules in (("no tools", StepRules()), ("tools", StepRules(calls=TextCalls(r"```json", "<tool_response>")))):
+    tools = StepRules(calls=TextCalls(r"```json", "<tool_response>"))
+    for name, rules in (("no tools", StepRules()), ("tools", tools)):
         trace = run(specreason(Q, draft=script(*DRAFT_STEPS), target=script(*TARGET_STEPS), judge=FixedJudge(True),
                                rules=rules, first_target_steps=2, draft_opening=True))
         authors[name] = [s.author for s in trace.steps]

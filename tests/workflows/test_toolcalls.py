@@ -122,7 +122,8 @@ def test_once_a_call_opens_it_names_a_declared_tool_and_its_arguments_follow_the
                  '{"name": "multiply", "arguments": {"a": 2, "b": 3}}',  # bare, as the pair writes one now and then
                  '{{"name": "multiply", "arguments": {"a": 2, "b": 3}}}',  # with its doubled brace
                  # pretty-printed, as the pair writes a call free: the grammar binds structure, not layout
-                 'I multiply.\n```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2,\n    "b": 3\n  }\n}\n```',
+                 'I multiply.\n```json\n{\n  "name": "multiply",\n  "arguments": {\n    "a": 2,\n'
+                 '    "b": 3\n  }\n}\n```',
                  "No call at all: the answer is \\boxed{6}."]:
         assert _accepts(bound, good), good
     for bad in ['```json\n{"name": "divide", "arguments": {"a": 2, "b": 3}}\n```',  # not declared

@@ -23,9 +23,9 @@ fence. The grammar binds the call's structure, not its layout: the object compac
 pretty-printed over several lines, as the model writes it free (a bound call that opens compact
 where the model would indent changes what it chooses inside). A bare call (no fence) is bound
 from its compact head ``{"name": "``, the only layout its trigger sees; so is every call where
-the guidance asks for a call per item (``guidance`` with several calls allowed): the pair
-writes the next call after a compact one and ends its turn after a pretty-printed one. A forced reply is bound
-from its first token (the named function's arguments; ``required``: any declared call's object).
+the guidance asks for a call per item (``guidance`` with several calls allowed), the layout
+after which the pair goes on to its next call. A forced reply is bound from its first token
+(the named function's arguments; ``required``: any declared call's object).
 
 Terms: a call is *invalid* when it names no declared tool, its arguments break the
 tool's JSON schema, it is not the function ``tool_choice`` names, or it cannot be read
@@ -440,9 +440,10 @@ class ToolCalling(CallRule):
         """The spans of ``text`` the binding wrote itself (:meth:`CallRule.forced_spans`): after each call's
         opening (the structural tag's trigger, e.g. ```` ```json ````) the rest of the call's head,
         ``\\n{"name": "``, and after the name ``", "arguments": `` (with the whitespace the model chose
-        between them, compact or pretty-printed); the name too where one tool is declared. Bound ``tool_choice: auto`` calls only (a forced reply starts after its
-        prefill). Example, one tool ``add``: in ``"I add.\\n```json\\n{"name": "add", "arguments":
-        {"a": 1}}"`` the span from the newline after ``json`` to the space before ``{"a"``."""
+        between them, compact or pretty-printed); the name too where one tool is declared. Bound
+        ``tool_choice: auto`` calls only (a forced reply starts after its prefill). Example, one tool
+        ``add``: in ``"I add.\\n```json\\n{"name": "add", "arguments": {"a": 1}}"`` the span
+        from the newline after ``json`` to the space before ``{"a"``."""
         if not self.formats or self.forced:
             return ()
         spans = []
