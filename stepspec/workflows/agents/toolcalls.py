@@ -303,7 +303,7 @@ class ToolCalling(CallRule):
                                     f"parser '{parser}'; use tool_choice 'auto' or parser {DEFAULT_TOOL_CALL_PARSER}")
             self.prefill = formats[0].opening if choice == "required" else formats[0].head(choice)
         # Where the guidance asks for a call per item, calls are bound from their compact head: the layout
-        # after which the pair goes on to the next call (benchmarks/measured/bfcl_layout_parallel_cpu).
+        # after which the pair goes on to the next call.
         self.compact = guidance and self.several
         bound = constrained is not False and choice != "none" and bool(formats)
         self.formats = tuple(formats) if bound else ()
