@@ -95,8 +95,9 @@ class CallFormat:
                 for name, parameters in schemas.items()]
 
     def head_re(self, names: Sequence[str]) -> str:
-        """A regex of a call's head in this format, in the layouts its tags allow: groups ``name``
-        (one of ``names``) and ``arguments`` (the text after the name up to the arguments)."""
+        """A regex of a call's head in this format: after an opening in any JSON layout (so the compact
+        head a ``compact`` binding writes too), a bare call's compact only; groups ``name`` (one of
+        ``names``) and ``arguments`` (the text after the name up to the arguments)."""
         name_key, arguments_key = (NAME_KEY_RE, ARGUMENTS_KEY_RE) if self.opening else \
             (re.escape(NAME_KEY), re.escape(ARGUMENTS_KEY))
         return (f"{re.escape(self.opening)}{name_key}(?P<name>{'|'.join(map(re.escape, names))})"
