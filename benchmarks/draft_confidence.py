@@ -7,6 +7,9 @@ token logprob in the step. For each candidate threshold: the share of drafted st
 (they would skip the check) and the share of those the verifier accepted whole.
 
     python benchmarks/draft_confidence.py 20 benchmarks/measured/confidence_gsm8k100_cpu/steps.jsonl
+
+Each line also holds every drafted token's logprob under the draft (``token_logprobs``), for a
+stop where the draft's confidence drops (``benchmarks/confidence_stop.py`` replays the lines).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ async def main(num_problems: int, out: Path) -> None:
         verdicts = await judge(self, candidates)
         for c, v in zip(candidates, verdicts):
             steps.append({"min_logprob": min(c.draft_token_logprobs, default=0.0), "tokens": len(c.draft_token_ids),
-                          "accepted": v.accept, "kept": v.cut.offset if v.cut else len(c.draft_token_ids)})
+                          "accepted": v.accept, "kept": v.cut.offset if v.cut else len(c.draft_token_ids),
+                          "token_logprobs": [round(x, 4) for x in c.draft_token_logprobs]})
         return verdicts
 
     LikelihoodJudge.judge = recording
