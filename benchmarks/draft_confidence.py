@@ -9,7 +9,7 @@ token logprob in the step. For each candidate threshold: the share of drafted st
     python benchmarks/draft_confidence.py 20 benchmarks/measured/confidence_gsm8k100_cpu/steps.jsonl
 
 Each line also holds every drafted token's logprob under the draft (``token_logprobs``), for a
-stop where the draft's confidence drops (``benchmarks/confidence_stop.py`` replays the lines).
+stop where the draft's confidence drops (``benchmarks/draft_rounds.py`` replays the lines).
 """
 
 from __future__ import annotations

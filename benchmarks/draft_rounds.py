@@ -1,6 +1,7 @@
-"""A choice probe, not a report: would the draft stopping where its own confidence drops pay?
+"""A choice probe, not a report: would the draft stopping where its own confidence drops, or
+writing two steps a call, pay?
 
-Issue 78, lever 3: a quarter of the drafted tokens are thrown away after the verifier's cuts. A
+Issue 78, levers 3 and 1: a quarter of the drafted tokens are thrown away after the verifier's cuts. A
 draft that stopped before its first unsure token (its own logprob of the token below a threshold)
 would not write, nor have verified, the tokens after a cut that follows that token; but every stop
 that comes before the cut (or in a step the verifier accepts whole) costs one more round: a draft
@@ -18,7 +19,12 @@ Assumed: after a stop the draft writes on what it would have written (the target
 stop is the draft's own, as it is where the verifier keeps the stop's token), and the verifier cuts
 where it cut.
 
-    python benchmarks/confidence_stop.py benchmarks/measured/confidence_stop_gsm8k100-129_cpu/steps.jsonl
+*Two steps a call*: the draft writes on past a step's end through the next, both verified in one
+round. Where the first step is accepted whole the pair saves a round; where it is cut, the second
+step's tokens are thrown away too and it is drafted again in a later round (its length stands in
+for what the draft would have written past the cut step's end).
+
+    python benchmarks/draft_rounds.py benchmarks/measured/draft_rounds_gsm8k100-129_cpu/steps.jsonl
 """
 
 from __future__ import annotations
@@ -41,6 +47,17 @@ def rounds(logprobs: list[float], kept: int, threshold: float, min_tokens: int) 
             # the round runs to the step's end, or to a stop past the cut: drafted up to there
             return n_rounds, (len(logprobs) if stop is None else stop)
         n_rounds, start = n_rounds + 1, stop + 1  # the target's token at the stop, then the next round
+
+
+def paired(steps: list[dict]) -> tuple[int, int]:
+    """(rounds, tokens drafted) with the draft writing two steps a call, over one problem's ``steps``."""
+    n_rounds = n_tokens = i = 0
+    while i < len(steps):
+        n = len(steps[i]["token_logprobs"])
+        pair = steps[i + 1:i + 2]
+        n_rounds, n_tokens = n_rounds + 1, n_tokens + n + sum(len(s["token_logprobs"]) for s in pair)
+        i += 1 if pair and steps[i]["kept"] < n else 1 + len(pair)  # a cut first step: the second again
+    return n_rounds, n_tokens
 
 
 def main() -> None:
@@ -66,6 +83,15 @@ def main() -> None:
             n_rounds, n_tokens = n_rounds + r, n_tokens + d
         cost = n_rounds * a.round + n_tokens * a.token
         print(f"| {t} | {n_rounds} | {n_tokens} | {thrown - (drafted - n_tokens)} | {cost:.0f} | {base - cost:+.0f} s |")
+    problems: dict[int, list[dict]] = {}
+    for s in steps:
+        problems.setdefault(s["doc_id"], []).append(s)
+    n_rounds = n_tokens = 0
+    for one in problems.values():
+        r, d = paired(one)
+        n_rounds, n_tokens = n_rounds + r, n_tokens + d
+    cost = n_rounds * a.round + n_tokens * a.token
+    print(f"\ntwo steps a call: {n_rounds} rounds, {n_tokens} tokens drafted, {cost:.0f} s, saved {base - cost:+.0f} s")
 
 
 if __name__ == "__main__":
