@@ -9,8 +9,9 @@ function-calling client (it reads ``OPENAI_BASE_URL``); the server serves that n
 
 Arms: a strategy's name (its server binds calls to their schemas, the default, and guides the model
 to a call per item, ``--call-guidance``), the same with
-``-unbound`` (``--no-constrained-calls``: calls checked after they are written) or ``-unguided``
-(without ``--call-guidance``: ``stepspec serve``'s defaults), then optionally ``@`` and strategy options
+``-unbound`` (``--no-constrained-calls``: calls checked after they are written), ``-unguided``
+(without ``--call-guidance``: ``stepspec serve``'s defaults) or ``-suffix`` (``--spec suffix``: the target's
+token-level method suffix decoding, specreason's target's), then optionally ``@`` and strategy options
 joined by ``+`` (``specreason@draft_opening=false``: ``--opt draft_opening=false``), and
 ``vllm-server``: vLLM's own OpenAI server on the bundled 1.5B at its fastest (the 0.5B drafting
 its tokens inside it, as target-only) with the best parser for the pair, ``hermes_json`` (which
@@ -46,9 +47,10 @@ VENV = ROOT / ".venv-bfcl"
 BFCL = ("bfcl-eval==2026.3.23", "soundfile")
 MODEL = "openbmb/MiniCPM-SALA-FC"  # BFCL's registry: an OpenAI chat-completions FC client
 ARMS = ("target-only", "specreason", "draft-only")
-# An arm is a strategy's name, then optionally -unguided, then -unbound: what each suffix does to the flags
-# of its server (the first list is the default, the second the suffix's).
-ARM_SUFFIXES = {"-unbound": ([], ["--no-constrained-calls"]), "-unguided": (["--call-guidance"], [])}
+# An arm is a strategy's name, then optionally -unguided, then -unbound, then -suffix: what each suffix does to
+# the flags of its server (the first list is the default, the second the suffix's).
+ARM_SUFFIXES = {"-suffix": ([], ["--spec", "suffix"]), "-unbound": ([], ["--no-constrained-calls"]),
+                "-unguided": (["--call-guidance"], [])}
 CONTEXT = 16384  # multi-turn entries hold the functions' docs and every turn: past 4096 tokens
 
 
