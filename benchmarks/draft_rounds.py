@@ -60,6 +60,11 @@ def paired(steps: list[dict]) -> tuple[int, int]:
     return n_rounds, n_tokens
 
 
+def totals(counts: list[tuple[int, int]]) -> tuple[int, int]:
+    """(rounds, tokens drafted) summed over ``counts``, each a step's or a problem's."""
+    return sum(r for r, _ in counts), sum(d for _, d in counts)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("steps", type=Path)
@@ -77,19 +82,13 @@ def main() -> None:
     print("| threshold | rounds | tokens drafted | thrown away | seconds | saved |")
     print("|---|---|---|---|---|---|")
     for t in THRESHOLDS:
-        n_rounds = n_tokens = 0
-        for s in steps:
-            r, d = rounds(s["token_logprobs"], s["kept"], t, a.min_tokens)
-            n_rounds, n_tokens = n_rounds + r, n_tokens + d
+        n_rounds, n_tokens = totals([rounds(s["token_logprobs"], s["kept"], t, a.min_tokens) for s in steps])
         cost = n_rounds * a.round + n_tokens * a.token
         print(f"| {t} | {n_rounds} | {n_tokens} | {thrown - (drafted - n_tokens)} | {cost:.0f} | {base - cost:+.0f} s |")
     problems: dict[int, list[dict]] = {}
     for s in steps:
         problems.setdefault(s["doc_id"], []).append(s)
-    n_rounds = n_tokens = 0
-    for one in problems.values():
-        r, d = paired(one)
-        n_rounds, n_tokens = n_rounds + r, n_tokens + d
+    n_rounds, n_tokens = totals([paired(one) for one in problems.values()])
     cost = n_rounds * a.round + n_tokens * a.token
     print(f"\ntwo steps a call: {n_rounds} rounds, {n_tokens} tokens drafted, {cost:.0f} s, saved {base - cost:+.0f} s")
 
