@@ -26,11 +26,13 @@ def start_server(args: list[str], port: int, log: Path, timeout_s: float = 900) 
 
 
 def engine_env() -> dict[str, str]:
-    """The environment a server's engines run in: offline, on 127.0.0.1, Intel OpenMP first (as
-    stepspec's own engines start)."""
-    from stepspec.engine.vllm_runtime import ld_preload_with_intel_openmp
+    """The environment a server's engines run in: offline, on 127.0.0.1, Intel OpenMP first, OpenMP threads
+    on every core the process may run on (as stepspec's own engines start; vLLM's server left to its
+    "auto" binding keeps one core for its API process, so on 2 cores its engine runs on one)."""
+    from stepspec.engine.vllm_runtime import allowed_cpus, ld_preload_with_intel_openmp
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", allowed_cpus())
     if preload := ld_preload_with_intel_openmp(env.get("LD_PRELOAD")):
         env["LD_PRELOAD"] = preload
     return env
