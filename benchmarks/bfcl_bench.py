@@ -1,4 +1,4 @@
-"""BFCL v4 against `stepspec serve`, one arm (strategy) at a time, paired against target-only.
+"""BFCL v4 against `stepspec serve`, one arm (strategy) at a time, paired against a baseline arm.
 
 BFCL's own command line generates (``bfcl generate``) through the OpenAI tool API of a
 ``stepspec serve`` started per arm (cold caches), and BFCL's own checker scores it
@@ -24,7 +24,8 @@ with vLLM's own ``hermes`` parser.
 Resumable: BFCL skips entries already in an arm's result files, so running the same
 command again continues where it stopped. ``--report`` alone scores the files again and
 rebuilds report.md: per category and arm, BFCL's accuracy, the entries lost / gained / net against
-target-only on the same entries, and the median seconds per model call (BFCL's latency).
+the baseline arm (``--baseline``, target-only by default) on the same entries, and the median seconds
+per model call (BFCL's latency).
 """
 
 from __future__ import annotations
@@ -169,15 +170,15 @@ def _flat(value) -> list:
     return [y for x in value for y in _flat(x)] if isinstance(value, list) else [value]
 
 
-def report(out: Path, categories: list[str], arms: list[str]) -> str:
-    """report.md: accuracy per category and arm, paired against target-only, seconds per call."""
+def report(out: Path, categories: list[str], arms: list[str], baseline: str = "target-only") -> str:
+    """report.md: accuracy per category and arm, paired against ``baseline`` (an arm), seconds per call."""
     lines = ["# BFCL v4 against `stepspec serve`", "",
              f"CPU: {cpu_model()}. Model name served: `{MODEL}`; BFCL's own generate and evaluate "
              "(`--partial-eval`); one request at a time; each arm its own server (cold caches).", "",
-             "| category | arm | entries | accuracy | vs target-only: lost / gained / net loss | median s per call | "
-             "speed vs target-only | replies at the budget |", "|---|---|---|---|---|---|---|---|"]
+             f"| category | arm | entries | accuracy | vs {baseline}: lost / gained / net loss | median s per call | "
+             f"speed vs {baseline} | replies at the budget |", "|---|---|---|---|---|---|---|---|"]
     for category in categories:
-        base, base_s = read_arm(out, "target-only", category) if "target-only" in arms else ({}, [])
+        base, base_s = read_arm(out, baseline, category) if baseline in arms else ({}, [])
         for arm in arms:
             correct, seconds = read_arm(out, arm, category)
             if not correct:
@@ -188,7 +189,7 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
             gained = sum(correct[i] and not base[i] for i in paired)
             med = statistics.median(seconds) if seconds else float("nan")
             speed = statistics.median(base_s) / med if base_s and seconds else float("nan")
-            vs = "baseline" if arm == "target-only" else f"{lost} / {gained} / {lost - gained}"
+            vs = "baseline" if arm == baseline else f"{lost} / {gained} / {lost - gained}"
             lines.append(f"| {category} | {arm} | {n} | {right / n:.1%} ({right}) | {vs} | {med:.2f} | {speed:.2f}x "
                          f"| {at_budget(out, arm, category)} |")
     lines += ["", "Failures by BFCL's class (its score files' `error_type`), per category and arm:", "",
@@ -208,6 +209,7 @@ def main() -> None:
     p.add_argument("--categories", default="simple_python,multiple,parallel,multi_turn_base")
     p.add_argument("--per-category", type=int, default=50)
     p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--baseline", default="target-only", help="the arm the others are paired against")
     p.add_argument("--port", type=int, default=8190)
     p.add_argument("--report", action="store_true", help="only score the files again and rebuild report.md")
     a = p.parse_args()
@@ -219,7 +221,7 @@ def main() -> None:
             run_arm(arm, out, ids, a.port)
     for arm in arms:
         evaluate(arm, out, categories)
-    (out / "report.md").write_text(report(out, categories, arms))
+    (out / "report.md").write_text(report(out, categories, arms, a.baseline))
     print((out / "report.md").read_text())
 
 

@@ -7,11 +7,12 @@ tools, so its prompt is new past the chat template's opening), then *warm*, the 
 whole prompt cached, so that its seconds are the reply's writing alone. The difference is what reading the
 prompt cost.
 
-Worked example: simple_python_0, 553 prompt tokens, specreason: cold 5.73 s, warm 1.26 s: reading the
-prompt took 4.47 s (78% of the call, 124 prompt tokens a second), writing the 35-token call 1.26 s.
+Worked example: simple_python_2, 339 prompt tokens, specreason: cold 3.20 s, warm 1.06 s: reading the
+prompt took 2.15 s (67% of the call, 158 prompt tokens a second), writing the 29-token call 1.06 s.
 
     python benchmarks/call_cost_split.py --out benchmarks/measured/call_cost_split_cpu \\
-        --categories simple_python,multiple --per-category 10 --arms target-only,target-only-suffix,specreason
+        --categories simple_python,multiple,live_multiple,parallel_multiple --per-category 10 \\
+        --arms target-only,target-only-suffix,specreason,vllm-server
 
 Resumable: an arm's entries already in its JSON lines file are not sent again.
 """
@@ -125,7 +126,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--categories", default="simple_python,multiple,live_multiple,parallel_multiple")
     p.add_argument("--per-category", type=int, default=10)
-    p.add_argument("--arms", default="target-only,target-only-suffix,specreason")
+    p.add_argument("--arms", default="target-only,target-only-suffix,specreason,vllm-server")
     p.add_argument("--port", type=int, default=8190)
     p.add_argument("--report", action="store_true", help="only rebuild report.md from the JSON lines files")
     a = p.parse_args()
