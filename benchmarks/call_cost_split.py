@@ -84,8 +84,9 @@ def run_arm(arm: str, out: Path, entries: dict[str, list[dict]], port: int) -> N
         for category, entry in todo:
             cold_s, cold = send(port, entry)
             warm_s, warm = send(port, entry)
+            usage = cold["usage"]
             row = {"id": entry["id"], "category": category, "arm": arm,
-                   "prompt_tokens": cold["usage"]["prompt_tokens"], "completion_tokens": cold["usage"]["completion_tokens"],
+                   "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
                    "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3), "calls": calls(cold),
                    "same_warm": calls(cold) == calls(warm)}
             with path.open("a") as f:
