@@ -64,13 +64,19 @@ def ensure_bfcl() -> Path:
     return bfcl
 
 
+def in_bfcl(code: str, *args: str) -> str:
+    """What Python ``code`` (its ``sys.argv[1:]`` ``args``) prints, run in BFCL's own environment
+    (bfcl-eval pins its dependencies), BFCL's project root a scratch folder."""
+    out = subprocess.run([str(ensure_bfcl().parent / "python"), "-c", code, *args], check=True, capture_output=True,
+                         text=True, env={**os.environ, "BFCL_PROJECT_ROOT": "/tmp/bfcl-ids"})
+    return out.stdout
+
+
 def category_ids(category: str, n: int) -> list[str]:
     """The first ``n`` entry ids of a BFCL category, from the data its wheel ships."""
     code = ("import json, sys; from bfcl_eval.utils import load_dataset_entry; "
             "print(json.dumps([e['id'] for e in load_dataset_entry(sys.argv[1])][:int(sys.argv[2])]))")
-    out = subprocess.run([str(VENV / "bin" / "python"), "-c", code, category, str(n)], check=True,
-                         capture_output=True, text=True, env={**os.environ, "BFCL_PROJECT_ROOT": "/tmp/bfcl-ids"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(in_bfcl(code, category, str(n)).strip().splitlines()[-1])
 
 
 def serve(arm: str, port: int, log: Path) -> subprocess.Popen:

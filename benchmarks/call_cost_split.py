@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
@@ -31,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_bench import MODEL, ensure_bfcl, serve  # noqa: E402
+from bfcl_bench import MODEL, in_bfcl, serve  # noqa: E402
 from served import cpu_model, stop_server  # noqa: E402
 
 # BFCL's own conversion of an entry to its client's request (run in BFCL's environment).
@@ -49,10 +47,7 @@ for e in load_dataset_entry(sys.argv[1])[:int(sys.argv[2])]:
 
 def requests(category: str, n: int) -> list[dict]:
     """The first ``n`` entries of ``category`` as BFCL's client would send their first turn."""
-    bfcl_python = ensure_bfcl().parent / "python"
-    out = subprocess.run([str(bfcl_python), "-c", REQUESTS, category, str(n)], check=True, capture_output=True,
-                         text=True, env={**os.environ, "BFCL_PROJECT_ROOT": "/tmp/bfcl-ids"})
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(line) for line in in_bfcl(REQUESTS, category, str(n)).splitlines() if line.startswith("{")]
 
 
 def send(port: int, entry: dict) -> tuple[float, dict]:
@@ -75,7 +70,7 @@ def calls(reply: dict) -> list[list[str]]:
 def run_arm(arm: str, out: Path, entries: dict[str, list[dict]], port: int) -> None:
     """Each entry cold, then warm, on a server of ``arm``'s own; a JSON line per entry."""
     path = out / f"{arm}.jsonl"
-    done = {json.loads(line)["id"] for line in path.read_text().splitlines()} if path.exists() else set()
+    done = {r["id"] for r in read_rows(path)}
     todo = [(c, e) for c, es in entries.items() for e in es if e["id"] not in done]
     if not todo:
         return
@@ -84,15 +79,20 @@ def run_arm(arm: str, out: Path, entries: dict[str, list[dict]], port: int) -> N
         for category, entry in todo:
             cold_s, cold = send(port, entry)
             warm_s, warm = send(port, entry)
-            usage = cold["usage"]
+            usage, written = cold["usage"], calls(cold)
             row = {"id": entry["id"], "category": category, "arm": arm,
                    "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
-                   "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3), "calls": calls(cold),
-                   "same_warm": calls(cold) == calls(warm)}
+                   "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3), "calls": written,
+                   "same_warm": written == calls(warm)}
             with path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
     finally:
         stop_server(server)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """An arm's JSON lines file, a row per entry (none where it does not exist yet)."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def median(rows: list[dict], value) -> float:
@@ -107,11 +107,10 @@ def report(out: Path, categories: list[str], arms: list[str]) -> str:
              "per arm): cold, then warm (its whole prompt cached). Reading the prompt = cold - warm.", "",
              "| category | arm | entries | prompt tokens | cold s | warm s (writing) | reading the prompt: share "
              "| prompt tokens a second | same calls warm |", "|---|---|---|---|---|---|---|---|---|"]
+    by_arm = {arm: read_rows(out / f"{arm}.jsonl") for arm in arms}
     for category in categories:
         for arm in arms:
-            path = out / f"{arm}.jsonl"
-            rows = [r for line in (path.read_text().splitlines() if path.exists() else [])
-                    if (r := json.loads(line))["category"] == category]
+            rows = [r for r in by_arm[arm] if r["category"] == category]
             if not rows:
                 continue
             share = median(rows, lambda r: (r["cold_s"] - r["warm_s"]) / r["cold_s"])
